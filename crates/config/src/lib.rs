@@ -1,0 +1,462 @@
+//! Typed settings for every OpenCouch binary and server.
+//!
+//! Layers, lowest precedence first:
+//! 1. built-in defaults ([`Settings::default`]);
+//! 2. an optional TOML file (`--config`, `OPENCOUCH_CONFIG`, or
+//!    `$XDG_CONFIG_HOME/opencouch/config.toml` when it exists);
+//! 3. `OPENCOUCH_*` environment variables (`OPENCOUCH_MODE=hybrid`, …);
+//! 4. the standard names `OPENAI_API_KEY`, `OPENAI_BASE_URL`, `OPENAI_MODEL`;
+//! 5. command-line flags (passed in as [`Overrides`]).
+//!
+//! A bad value stops start-up with one [`ConfigError`] naming the setting.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use opencouch_core::{MemoryMode, RuntimeMode};
+use serde::{Deserialize, Serialize};
+
+/// The default OpenAI-compatible endpoint.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// A secret string that never prints.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The secret itself; call only where it is sent (e.g. an HTTP header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// `sk-…abcd`-style mask: never more than the last 4 characters.
+    pub fn masked(&self) -> String {
+        let n = self.0.chars().count();
+        if n <= 8 {
+            "****".to_owned()
+        } else {
+            let tail: String = self.0.chars().skip(n - 4).collect();
+            format!("****{tail}")
+        }
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.masked())
+    }
+}
+
+/// Every setting, flat so each maps to one `OPENCOUCH_<NAME>` variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// deterministic | hybrid | auto (hybrid when a model is configured).
+    pub mode: RuntimeMode,
+    /// Default memory mode for new conversations.
+    pub memory_mode: MemoryMode,
+    /// Where the embedded SQLite database lives (default: XDG data dir).
+    pub data_dir: Option<PathBuf>,
+    /// `postgres://…` to use PostgreSQL instead of the embedded SQLite file.
+    pub database_url: Option<String>,
+    /// OpenAI-compatible Chat Completions base URL.
+    pub base_url: String,
+    /// API key; local servers (Ollama, llama.cpp, vLLM) usually need none.
+    pub api_key: Option<Secret>,
+    /// Model for safety, triage, memory and summaries.
+    pub control_model: String,
+    /// Model for ordinary replies (fast tier).
+    pub fast_model: String,
+    /// Model for replies on the quality tier.
+    pub quality_model: String,
+    /// Per-request model timeout in seconds.
+    pub model_timeout_secs: u64,
+    /// Attempts per model request (retries only connection errors, 429, 5xx).
+    pub model_max_attempts: u32,
+    /// OpenAI-compatible embedding model; unset = none over HTTP.
+    pub embedding_model: Option<String>,
+    /// Directory with all-MiniLM-L6-v2 files for local embeddings.
+    pub embedding_model_dir: Option<PathBuf>,
+    /// Inactivity that ends a session, in minutes.
+    pub session_timeout_minutes: u64,
+    /// How often the session sweeper runs, in seconds.
+    pub sweep_interval_seconds: u64,
+    /// Transcript length (messages) after which a session rotates.
+    pub transcript_soft_limit: u64,
+    /// Address `opencouch serve` listens on.
+    pub listen: String,
+    /// Largest accepted HTTP body in bytes.
+    pub body_limit_bytes: usize,
+    /// Longest accepted user message in characters.
+    pub max_message_chars: usize,
+    /// Requests per minute per token.
+    pub rate_limit_per_minute: u32,
+    /// Per-request timeout of the HTTP server in seconds.
+    pub request_timeout_secs: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: RuntimeMode::Auto,
+            memory_mode: MemoryMode::Persistent,
+            data_dir: None,
+            database_url: None,
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            api_key: None,
+            control_model: "gpt-5.4-mini".to_owned(),
+            fast_model: "gpt-5.4-mini".to_owned(),
+            quality_model: "gpt-5.4".to_owned(),
+            model_timeout_secs: 30,
+            model_max_attempts: 2,
+            embedding_model: None,
+            embedding_model_dir: None,
+            session_timeout_minutes: 20,
+            sweep_interval_seconds: 30,
+            transcript_soft_limit: 240,
+            listen: "127.0.0.1:8080".to_owned(),
+            body_limit_bytes: 64 * 1024,
+            max_message_chars: 8000,
+            rate_limit_per_minute: 60,
+            request_timeout_secs: 60,
+        }
+    }
+}
+
+/// Values from command-line flags (highest precedence). `None` = not given.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<RuntimeMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mode: Option<MemoryMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+/// Why settings could not be loaded. The message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("setting `{key}`: {message}")]
+    Invalid { key: String, message: String },
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+}
+
+/// Where the settings came from, for `opencouch config`.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub settings: Settings,
+    pub config_file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Loads all layers from the real environment.
+    pub fn load(config_file: Option<&Path>, overrides: &Overrides) -> Result<Loaded, ConfigError> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_from(config_file, overrides, &vars)
+    }
+
+    /// Loads all layers with an explicit environment (for tests).
+    pub fn load_from(
+        config_file: Option<&Path>,
+        overrides: &Overrides,
+        env: &[(String, String)],
+    ) -> Result<Loaded, ConfigError> {
+        let get = |k: &str| env.iter().find(|(name, _)| name == k).map(|(_, v)| v.clone());
+        let file = match config_file {
+            Some(p) => Some(p.to_path_buf()),
+            None => match get("OPENCOUCH_CONFIG") {
+                Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+                _ => default_config_file(&get).filter(|p| p.is_file()),
+            },
+        };
+        let mut fig = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(path) = &file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+            fig = fig.merge(Toml::string(&text));
+        }
+        // OPENCOUCH_* (except the file pointer itself).
+        let ours: Vec<(String, String)> = env
+            .iter()
+            .filter_map(|(k, v)| {
+                let key = k.strip_prefix("OPENCOUCH_")?;
+                if key == "CONFIG" || key.is_empty() {
+                    return None;
+                }
+                Some((key.to_ascii_lowercase(), v.clone()))
+            })
+            .collect();
+        for (key, value) in &ours {
+            fig = fig.merge(Serialized::default(key, parse_scalar(value)));
+        }
+        // The standard names.
+        if let Some(v) = get("OPENAI_API_KEY").filter(|v| !v.is_empty()) {
+            fig = fig.merge(Serialized::default("api_key", v));
+        }
+        if let Some(v) = get("OPENAI_BASE_URL").filter(|v| !v.is_empty()) {
+            fig = fig.merge(Serialized::default("base_url", v));
+        }
+        if let Some(v) = get("OPENAI_MODEL").filter(|v| !v.is_empty()) {
+            fig = fig.merge(Serialized::default("control_model", v.clone()));
+            fig = fig.merge(Serialized::default("fast_model", v));
+        }
+        fig = fig.merge(Serialized::defaults(overrides));
+        let settings: Settings = fig.extract().map_err(|e| from_figment(&e, file.as_deref()))?;
+        settings.validate()?;
+        Ok(Loaded { settings, config_file: file })
+    }
+
+    /// Checks values serde cannot check on its own.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: &str| Err(ConfigError::Invalid { key: key.into(), message: message.into() });
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return bad("base_url", "must start with http:// or https://");
+        }
+        if let Some(url) = &self.database_url
+            && !(url.starts_with("postgres://") || url.starts_with("postgresql://") || url.starts_with("sqlite:"))
+        {
+            return bad("database_url", "must start with postgres://, postgresql:// or sqlite:");
+        }
+        if self.listen.parse::<SocketAddr>().is_err() {
+            return bad("listen", "must be an address like 127.0.0.1:8080");
+        }
+        for (key, v) in [
+            ("model_timeout_secs", self.model_timeout_secs),
+            ("session_timeout_minutes", self.session_timeout_minutes),
+            ("sweep_interval_seconds", self.sweep_interval_seconds),
+            ("transcript_soft_limit", self.transcript_soft_limit),
+            ("request_timeout_secs", self.request_timeout_secs),
+        ] {
+            if v == 0 {
+                return bad(key, "must be greater than 0");
+            }
+        }
+        if !(1..=5).contains(&self.model_max_attempts) {
+            return bad("model_max_attempts", "must be between 1 and 5");
+        }
+        if self.body_limit_bytes < 1024 {
+            return bad("body_limit_bytes", "must be at least 1024");
+        }
+        if self.max_message_chars == 0 {
+            return bad("max_message_chars", "must be greater than 0");
+        }
+        for (key, v) in [("control_model", &self.control_model), ("fast_model", &self.fast_model), ("quality_model", &self.quality_model)] {
+            if v.trim().is_empty() {
+                return bad(key, "must not be empty");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a chat model is configured: a key, or a non-default base
+    /// URL (local servers need no key).
+    pub fn model_configured(&self) -> bool {
+        self.api_key.is_some() || self.base_url != DEFAULT_BASE_URL
+    }
+
+    /// The mode after resolving `auto`.
+    pub fn effective_mode(&self) -> RuntimeMode {
+        match self.mode {
+            RuntimeMode::Auto if self.model_configured() => RuntimeMode::Hybrid,
+            RuntimeMode::Auto => RuntimeMode::Deterministic,
+            other => other,
+        }
+    }
+
+    /// Whether the configured database is PostgreSQL.
+    pub fn uses_postgres(&self) -> bool {
+        self.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"))
+    }
+
+    /// The data directory: the setting, else `$XDG_DATA_HOME/opencouch`,
+    /// else `~/.local/share/opencouch`, else `./.opencouch`.
+    pub fn resolved_data_dir(&self) -> PathBuf {
+        if let Some(d) = &self.data_dir {
+            return d.clone();
+        }
+        if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(x).join("opencouch");
+        }
+        if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(h).join(".local/share/opencouch");
+        }
+        PathBuf::from(".opencouch")
+    }
+
+    /// The SQLite file used when no `database_url` is set.
+    pub fn sqlite_path(&self) -> PathBuf {
+        if let Some(url) = &self.database_url
+            && let Some(p) = url.strip_prefix("sqlite:")
+        {
+            return PathBuf::from(p.trim_start_matches("//"));
+        }
+        self.resolved_data_dir().join("opencouch.sqlite3")
+    }
+
+    /// The settings as `(name, value)` rows with secrets masked.
+    pub fn display_rows(&self) -> Vec<(&'static str, String)> {
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "(not set)".into());
+        let db = match &self.database_url {
+            Some(url) => mask_url(url),
+            None => format!("sqlite (embedded): {}", self.sqlite_path().display()),
+        };
+        vec![
+            ("mode", format!("{} (effective: {})", self.mode, self.effective_mode())),
+            ("memory_mode", self.memory_mode.to_string()),
+            ("data_dir", self.resolved_data_dir().display().to_string()),
+            ("database", db),
+            ("base_url", self.base_url.clone()),
+            ("api_key", self.api_key.as_ref().map(Secret::masked).unwrap_or_else(|| "(not set)".into())),
+            ("control_model", self.control_model.clone()),
+            ("fast_model", self.fast_model.clone()),
+            ("quality_model", self.quality_model.clone()),
+            ("model_timeout_secs", self.model_timeout_secs.to_string()),
+            ("model_max_attempts", self.model_max_attempts.to_string()),
+            ("embedding_model", opt(&self.embedding_model)),
+            (
+                "embedding_model_dir",
+                self.embedding_model_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(not set)".into()),
+            ),
+            ("session_timeout_minutes", self.session_timeout_minutes.to_string()),
+            ("sweep_interval_seconds", self.sweep_interval_seconds.to_string()),
+            ("transcript_soft_limit", self.transcript_soft_limit.to_string()),
+            ("listen", self.listen.clone()),
+            ("body_limit_bytes", self.body_limit_bytes.to_string()),
+            ("max_message_chars", self.max_message_chars.to_string()),
+            ("rate_limit_per_minute", self.rate_limit_per_minute.to_string()),
+            ("request_timeout_secs", self.request_timeout_secs.to_string()),
+        ]
+    }
+}
+
+/// Parses an environment value as a TOML scalar when it looks like a
+/// number or boolean, else keeps it as a string.
+fn parse_scalar(value: &str) -> toml::Value {
+    if let Ok(i) = value.parse::<i64>() {
+        return toml::Value::Integer(i);
+    }
+    match value {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(value.to_owned()),
+    }
+}
+
+fn default_config_file(get: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(x) = get("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("opencouch/config.toml"));
+    }
+    get("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config/opencouch/config.toml"))
+}
+
+fn from_figment(e: &figment::Error, file: Option<&Path>) -> ConfigError {
+    if let figment::error::Kind::UnknownField(name, _) = &e.kind {
+        let source = file.map(|p| format!(" in {}", p.display())).unwrap_or_default();
+        return ConfigError::Invalid { key: name.clone(), message: format!("unknown setting{source}") };
+    }
+    let key = e.path.last().cloned().unwrap_or_else(|| "(file)".into());
+    ConfigError::Invalid { key, message: e.kind.to_string() }
+}
+
+fn mask_url(url: &str) -> String {
+    // postgres://user:password@host/db → postgres://user:****@host/db
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((creds, host)) = rest.split_once('@')
+        && let Some((user, _)) = creds.split_once(':')
+    {
+        return format!("{scheme}://{user}:****@{host}");
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::load_from(None, &Overrides::default(), &env(pairs)).map(|l| l.settings)
+    }
+
+    #[test]
+    fn defaults_are_deterministic_without_model() {
+        let s = load(&[]).unwrap();
+        assert_eq!(s.mode, RuntimeMode::Auto);
+        assert_eq!(s.effective_mode(), RuntimeMode::Deterministic);
+        assert!(!s.uses_postgres());
+    }
+
+    #[test]
+    fn layering_order() {
+        let dir = std::env::temp_dir().join(format!("oc-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "mode = \"deterministic\"\nfast_model = \"from-file\"\ncontrol_model = \"file-control\"\nsession_timeout_minutes = 5\n").unwrap();
+        let vars = env(&[
+            ("OPENCOUCH_FAST_MODEL", "from-env"),
+            ("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "7"),
+            ("OPENAI_MODEL", "std-model"),
+            ("OPENAI_API_KEY", "sk-abcdefghijklmnop"),
+        ]);
+        let over = Overrides { mode: Some(RuntimeMode::Hybrid), ..Default::default() };
+        let s = Settings::load_from(Some(&file), &over, &vars).unwrap().settings;
+        assert_eq!(s.mode, RuntimeMode::Hybrid, "flag beats file");
+        assert_eq!(s.fast_model, "std-model", "OPENAI_MODEL beats OPENCOUCH_*");
+        assert_eq!(s.control_model, "std-model");
+        assert_eq!(s.session_timeout_minutes, 7, "env beats file");
+        assert_eq!(s.api_key.as_ref().unwrap().masked(), "****mnop");
+        assert!(!format!("{s:?}").contains("abcdefgh"), "debug output masks the key");
+        assert_eq!(s.effective_mode(), RuntimeMode::Hybrid);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("OPENCOUCH_MODE", "turbo")], "mode"),
+            (&[("OPENCOUCH_MEMORY_MODE", "guest")], "memory_mode"),
+            (&[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "soon")], "session_timeout_minutes"),
+            (&[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "0")], "session_timeout_minutes"),
+            (&[("OPENAI_BASE_URL", "ftp://x")], "base_url"),
+            (&[("OPENCOUCH_DATABASE_URL", "mysql://x")], "database_url"),
+            (&[("OPENCOUCH_LISTEN", "everywhere")], "listen"),
+            (&[("OPENCOUCH_MODEL_MAX_ATTEMPTS", "9")], "model_max_attempts"),
+            (&[("OPENCOUCH_NO_SUCH_THING", "1")], "no_such_thing"),
+        ];
+        for (vars, key) in cases {
+            let err = load(vars).unwrap_err();
+            assert!(err.to_string().contains(key), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn local_server_without_key_counts_as_configured() {
+        let s = load(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")]).unwrap();
+        assert!(s.model_configured());
+        assert_eq!(s.effective_mode(), RuntimeMode::Hybrid);
+        let forced = load(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"), ("OPENCOUCH_MODE", "deterministic")]).unwrap();
+        assert_eq!(forced.effective_mode(), RuntimeMode::Deterministic);
+    }
+
+    #[test]
+    fn urls_are_masked() {
+        assert_eq!(mask_url("postgres://u:secret@h:5432/db"), "postgres://u:****@h:5432/db");
+        let s = load(&[("OPENCOUCH_DATABASE_URL", "postgres://u:pw@localhost/db")]).unwrap();
+        let rows = s.display_rows();
+        assert!(rows.iter().all(|(_, v)| !v.contains("pw@")));
+    }
+}

@@ -16,7 +16,9 @@ use crate::string_enum;
 /// * 1: concerning but ambiguous: ask one direct safety question
 /// * 2: explicit ideation or self-harm, no plan/means/timing
 /// * 3: imminent: plan, means, near-term timing or final preparations
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct CrisisLevel(u8);
 
@@ -28,7 +30,11 @@ impl CrisisLevel {
 
     /// Strict constructor for values from outside: only 0–3.
     pub fn new(level: u8) -> Result<Self, InvalidLevel> {
-        if level <= 3 { Ok(CrisisLevel(level)) } else { Err(InvalidLevel) }
+        if level <= 3 {
+            Ok(CrisisLevel(level))
+        } else {
+            Err(InvalidLevel)
+        }
     }
 
     /// Normalizing constructor for model output: anything out of range is
@@ -146,7 +152,11 @@ impl CrisisAssessment {
     /// Never lowers: returns whichever assessment has the higher level
     /// (`self` wins ties).
     pub fn max(self, other: CrisisAssessment) -> CrisisAssessment {
-        if other.level > self.level { other } else { self }
+        if other.level > self.level {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -176,7 +186,12 @@ mod tests {
 
     #[test]
     fn truth_table_follows_level() {
-        for (lvl, crisis, clar) in [(0, false, false), (1, false, true), (2, true, false), (3, true, false)] {
+        for (lvl, crisis, clar) in [
+            (0, false, false),
+            (1, false, true),
+            (2, true, false),
+            (3, true, false),
+        ] {
             let a = CrisisAssessment::new(CrisisLevel::new(lvl).unwrap(), Confidence::Low, "r");
             assert_eq!(a.needs_crisis_response, crisis, "level {lvl}");
             assert_eq!(a.needs_clarification, clar, "level {lvl}");

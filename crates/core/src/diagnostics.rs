@@ -44,7 +44,10 @@ impl Diagnostics {
 
     /// Appends `value` to the JSON list at `key` (creating it).
     pub fn push(&mut self, key: &str, value: impl Into<Value>) {
-        let entry = self.0.entry(key.to_owned()).or_insert_with(|| Value::Array(Vec::new()));
+        let entry = self
+            .0
+            .entry(key.to_owned())
+            .or_insert_with(|| Value::Array(Vec::new()));
         if let Value::Array(list) = entry {
             list.push(value.into());
         } else {

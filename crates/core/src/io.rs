@@ -46,7 +46,10 @@ impl AgentInput {
 
     /// Memory owner: the user id when given, else the thread id.
     pub fn owner_id(&self) -> &str {
-        self.user_id.as_deref().filter(|u| !u.is_empty()).unwrap_or(&self.thread_id)
+        self.user_id
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .unwrap_or(&self.thread_id)
     }
 }
 

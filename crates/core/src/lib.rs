@@ -13,11 +13,13 @@ pub mod message;
 pub mod state;
 pub mod stream;
 
-pub use crisis::{ClassifierPath, CrisisAssessment, CrisisLevel, OverrideKind, ResourceLookupStatus};
+pub use crisis::{
+    ClassifierPath, CrisisAssessment, CrisisLevel, OverrideKind, ResourceLookupStatus,
+};
 pub use diagnostics::Diagnostics;
 pub use enums::{
-    Approach, Channel, Confidence, MemoryMode, ModelTier, ResponseStyle, Role, Route, RuntimeMode, SessionAction,
-    UnknownValue,
+    Approach, Channel, Confidence, MemoryMode, ModelTier, ResponseStyle, Role, Route, RuntimeMode,
+    SessionAction, UnknownValue,
 };
 pub use exercise::ExerciseState;
 pub use io::{AgentInput, AgentOutput, ResponseType};
@@ -34,8 +36,14 @@ mod tests {
         assert_eq!("web".parse::<Channel>(), Ok(Channel::Web));
         let err = "email".parse::<Channel>().unwrap_err();
         assert_eq!(err.kind, "channel");
-        assert!(!err.to_string().contains("email"), "error must not echo input");
-        assert!("Supportive".parse::<ResponseStyle>().is_err(), "case matters");
+        assert!(
+            !err.to_string().contains("email"),
+            "error must not echo input"
+        );
+        assert!(
+            "Supportive".parse::<ResponseStyle>().is_err(),
+            "case matters"
+        );
         assert!(serde_json::from_str::<Approach>("\"freudian\"").is_err());
         assert!(serde_json::from_str::<MemoryMode>("\"guest\"").is_err());
         for c in Channel::ALL {
@@ -45,8 +53,17 @@ mod tests {
 
     #[test]
     fn unknown_style_falls_back_to_supportive_only_via_lenient_helper() {
-        assert_eq!(ResponseStyle::therapeutic_or_supportive("reflective"), ResponseStyle::Reflective);
-        assert_eq!(ResponseStyle::therapeutic_or_supportive("crisis_response"), ResponseStyle::Supportive);
-        assert_eq!(ResponseStyle::therapeutic_or_supportive("??"), ResponseStyle::Supportive);
+        assert_eq!(
+            ResponseStyle::therapeutic_or_supportive("reflective"),
+            ResponseStyle::Reflective
+        );
+        assert_eq!(
+            ResponseStyle::therapeutic_or_supportive("crisis_response"),
+            ResponseStyle::Supportive
+        );
+        assert_eq!(
+            ResponseStyle::therapeutic_or_supportive("??"),
+            ResponseStyle::Supportive
+        );
     }
 }

@@ -23,11 +23,21 @@ pub struct Message {
 
 impl Message {
     pub fn user(content: impl Into<String>) -> Self {
-        Message { role: Role::User, content: content.into(), route: None, response_style: None, crisis_level: None, at: None }
+        Message {
+            role: Role::User,
+            content: content.into(),
+            route: None,
+            response_style: None,
+            crisis_level: None,
+            at: None,
+        }
     }
 
     pub fn assistant(content: impl Into<String>) -> Self {
-        Message { role: Role::Assistant, ..Message::user(content) }
+        Message {
+            role: Role::Assistant,
+            ..Message::user(content)
+        }
     }
 
     pub fn is_user(&self) -> bool {
@@ -37,7 +47,13 @@ impl Message {
 
 /// The last `n` user messages of `history`, oldest first.
 pub fn last_user_turns(history: &[Message], n: usize) -> Vec<&str> {
-    let mut out: Vec<&str> = history.iter().rev().filter(|m| m.is_user()).take(n).map(|m| m.content.as_str()).collect();
+    let mut out: Vec<&str> = history
+        .iter()
+        .rev()
+        .filter(|m| m.is_user())
+        .take(n)
+        .map(|m| m.content.as_str())
+        .collect();
     out.reverse();
     out
 }
@@ -48,7 +64,12 @@ mod tests {
 
     #[test]
     fn last_user_turns_keeps_order() {
-        let h = vec![Message::user("a"), Message::assistant("x"), Message::user("b"), Message::user("c")];
+        let h = vec![
+            Message::user("a"),
+            Message::assistant("x"),
+            Message::user("b"),
+            Message::user("c"),
+        ];
         assert_eq!(last_user_turns(&h, 2), vec!["b", "c"]);
         assert_eq!(last_user_turns(&h, 9), vec!["a", "b", "c"]);
     }

@@ -117,16 +117,19 @@ fn none_clarification() -> ClarificationKind {
     ClarificationKind::None
 }
 
+#[allow(clippy::derivable_impls)] // the enum comes from `string_enum!`
 impl Default for ActiveFlow {
     fn default() -> Self {
         ActiveFlow::None
     }
 }
+#[allow(clippy::derivable_impls)] // the enum comes from `string_enum!`
 impl Default for FlowAction {
     fn default() -> Self {
         FlowAction::None
     }
 }
+#[allow(clippy::derivable_impls)] // the enum comes from `string_enum!`
 impl Default for ClarificationKind {
     fn default() -> Self {
         ClarificationKind::None
@@ -277,7 +280,10 @@ mod tests {
             "session_progress": {"turn_count": 2, "future_progress": true}
         });
         let s: ThreadState = serde_json::from_value(raw).unwrap();
-        assert_eq!(s.extra.get("future_field"), Some(&serde_json::json!({"a": 1})));
+        assert_eq!(
+            s.extra.get("future_field"),
+            Some(&serde_json::json!({"a": 1}))
+        );
         let back = serde_json::to_value(&s).unwrap();
         assert_eq!(back["future_field"]["a"], 1);
         assert_eq!(back["session_progress"]["future_progress"], true);
@@ -302,7 +308,10 @@ mod tests {
             exercise_version: 1,
             exercise_therapeutic_approach: Approach::Cbt,
         });
-        let mut d = StateDelta { exercise: ExerciseUpdate::Clear, ..Default::default() };
+        let mut d = StateDelta {
+            exercise: ExerciseUpdate::Clear,
+            ..Default::default()
+        };
         d.diagnostics.set("b", 2);
         s.apply(d);
         assert!(s.exercise_state.is_none());

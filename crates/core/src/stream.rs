@@ -60,7 +60,10 @@ pub enum StreamEvent {
 
 impl StreamEvent {
     pub fn status(stage: Stage) -> Self {
-        StreamEvent::Status { stage, detail: stage.friendly().to_owned() }
+        StreamEvent::Status {
+            stage,
+            detail: stage.friendly().to_owned(),
+        }
     }
 
     /// The SSE event name.

@@ -1,0 +1,189 @@
+//! OpenCouch persistence: store traits and three backends with one contract.
+//!
+//! * [`memory`]: in-process ([`Stores::in_memory`], [`EphemeralStores`]):
+//!   incognito sessions and tests; nothing is durable.
+//! * [`sqlite`]: one file, WAL, `synchronous=NORMAL`, 5 s busy timeout: the
+//!   zero-setup default ([`SqliteStores::open`]).
+//! * [`postgres`]: multi-instance deployments ([`PgStores::connect`]); turns
+//!   on one thread are serialized across processes by advisory locks
+//!   ([`ThreadLocks`]).
+//!
+//! Schemas are embedded migrations applied once at start-up by the
+//! constructors (`migrate()`); no request path issues DDL.
+//!
+//! Turn protocol for the runtime: take [`Stores::lock_thread`], then
+//! [`ThreadStore::load`], run the turn, then [`ThreadStore::commit_turn`]
+//! (one transaction: transcript rows + snapshot + session row), then drop or
+//! release the guard.
+
+pub mod codec;
+pub mod error;
+pub mod lock;
+pub mod memory;
+pub mod postgres;
+pub mod records;
+pub mod session;
+pub mod sqlite;
+#[doc(hidden)]
+pub mod testing;
+pub mod traits;
+
+use std::sync::Arc;
+
+pub use codec::{CURRENT_SCHEMA_VERSION, CodecError, decode_state, decode_state_str, encode_state};
+pub use error::{StoreError, StoreResult};
+pub use lock::{SWEEPER_LOCK, ThreadGuard, ThreadLocks};
+pub use memory::MemoryBackend;
+pub use postgres::PgStores;
+pub use records::{
+    CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding, FeedbackLabel,
+    FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath, SessionWrite,
+    ThreadSnapshot, ThreadSummary, TraceRuntimeMode, TranscriptEntry, TurnCommit,
+    VoiceFinalization, VoiceFinalizationState, opaque_session_id,
+};
+pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
+pub use sqlite::SqliteStores;
+pub use traits::{
+    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, VoiceFinalizationStore,
+};
+
+/// Which backend a [`Stores`] bundle uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// In-process, not durable.
+    Memory,
+    /// SQLite file.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Every store of one backend, plus the thread locks.
+#[derive(Clone)]
+pub struct Stores {
+    /// Thread snapshots and transcripts.
+    pub threads: Arc<dyn ThreadStore>,
+    /// Active sessions.
+    pub sessions: Arc<dyn SessionStore>,
+    /// Memory records.
+    pub memory: Arc<dyn MemoryStore>,
+    /// Crisis audit log.
+    pub crisis: Arc<dyn CrisisLog>,
+    /// Session feedback.
+    pub feedback: Arc<dyn FeedbackStore>,
+    /// Voice finalization status.
+    pub voice: Arc<dyn VoiceFinalizationStore>,
+    /// Per-thread and global locks.
+    pub locks: ThreadLocks,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores")
+            .field("backend", &self.backend)
+            .field("locks", &self.locks)
+            .finish()
+    }
+}
+
+impl Stores {
+    /// Builds a bundle whose every store is the same backend object.
+    pub(crate) fn from_backend<B>(backend: Arc<B>, kind: Backend, locks: ThreadLocks) -> Self
+    where
+        B: ThreadStore
+            + SessionStore
+            + MemoryStore
+            + CrisisLog
+            + FeedbackStore
+            + VoiceFinalizationStore
+            + 'static,
+    {
+        Stores {
+            threads: backend.clone(),
+            sessions: backend.clone(),
+            memory: backend.clone(),
+            crisis: backend.clone(),
+            feedback: backend.clone(),
+            voice: backend,
+            locks,
+            backend: kind,
+        }
+    }
+
+    /// A fresh in-process bundle (nothing durable).
+    pub fn in_memory() -> Self {
+        Self::from_backend(
+            Arc::new(MemoryBackend::new()),
+            Backend::Memory,
+            ThreadLocks::in_process(),
+        )
+    }
+
+    /// Whether writes survive the process.
+    pub fn is_durable(&self) -> bool {
+        self.backend != Backend::Memory
+    }
+
+    /// The backend kind.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Exclusive use of `thread_id` for one turn (see [`ThreadLocks`]).
+    pub async fn lock_thread(&self, thread_id: &str) -> StoreResult<ThreadGuard> {
+        self.locks.lock_thread(thread_id).await
+    }
+}
+
+/// A bundle that is in-memory *by construction*: the only bundle an
+/// incognito runtime accepts. It can only be created by
+/// [`EphemeralStores::new`] (there is no conversion from [`Stores`]), and it
+/// gives out its stores read-only, so no durable store can be swapped in.
+///
+/// ```compile_fail
+/// // A durable bundle cannot be wrapped: the field is private.
+/// let durable = opencouch_store::Stores::in_memory();
+/// let _ = opencouch_store::EphemeralStores(durable);
+/// ```
+#[derive(Clone, Debug)]
+pub struct EphemeralStores(Stores);
+
+impl EphemeralStores {
+    /// A fresh in-memory bundle.
+    pub fn new() -> Self {
+        EphemeralStores(Stores::in_memory())
+    }
+
+    /// The stores (read-only).
+    pub fn stores(&self) -> &Stores {
+        &self.0
+    }
+}
+
+impl Default for EphemeralStores {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::ops::Deref for EphemeralStores {
+    type Target = Stores;
+    fn deref(&self) -> &Stores {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ephemeral_is_never_durable() {
+        let e = EphemeralStores::new();
+        assert!(!e.is_durable());
+        assert_eq!(e.backend(), Backend::Memory);
+        assert!(!e.locks.is_cross_process());
+        assert!(!Stores::in_memory().is_durable());
+    }
+}

@@ -1,0 +1,391 @@
+//! In-process backend: incognito sessions and tests. Nothing survives the
+//! process. Same contract as the durable backends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+
+use crate::error::{StoreError, StoreResult};
+use crate::records::{
+    CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
+    SessionWrite, ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
+};
+use crate::session::ActiveSession;
+use crate::traits::{
+    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, VoiceFinalizationStore,
+};
+
+#[derive(Default)]
+struct ThreadData {
+    state: Option<(opencouch_core::ThreadState, DateTime<Utc>)>,
+    transcript: Vec<opencouch_core::Message>,
+}
+
+#[derive(Default)]
+struct Inner {
+    threads: HashMap<String, ThreadData>,
+    sessions: BTreeMap<String, ActiveSession>,
+    memory: HashMap<(String, MemoryKind), Vec<MemoryRecord>>,
+    crisis: Vec<CrisisRecord>,
+    feedback: Vec<FeedbackRecord>,
+    voice: HashMap<String, VoiceFinalization>,
+}
+
+/// The in-memory backend (implements every store trait).
+#[derive(Default)]
+pub struct MemoryBackend {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryBackend {
+    /// An empty backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied write
+        // (every write below completes before returning), so recover.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn entries(transcript: &[opencouch_core::Message], start: usize) -> Vec<TranscriptEntry> {
+    transcript[start..]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| TranscriptEntry {
+            index: (start + i) as u64,
+            message: m.clone(),
+        })
+        .collect()
+}
+
+#[async_trait]
+impl ThreadStore for MemoryBackend {
+    async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
+        let inner = self.lock();
+        let Some(data) = inner.threads.get(thread_id) else {
+            return Ok(None);
+        };
+        let Some((state, _)) = &data.state else {
+            return Ok(None);
+        };
+        let start = data.transcript.len().saturating_sub(recent);
+        Ok(Some(ThreadSnapshot {
+            state: state.clone(),
+            recent: entries(&data.transcript, start),
+        }))
+    }
+
+    async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome> {
+        let TurnCommit {
+            mut state,
+            append,
+            session,
+            at,
+        } = commit;
+        if let SessionWrite::Upsert(s) = &session
+            && s.thread_id != state.thread_id
+        {
+            return Err(StoreError::Invalid("session row belongs to another thread"));
+        }
+        // Refuse what the durable backends cannot store, so the contract is
+        // the same everywhere (and a refused commit writes nothing).
+        if i64::try_from(state.turn_count).is_err() {
+            return Err(StoreError::Invalid("count exceeds i64"));
+        }
+        if append.iter().any(|m| m.crisis_level.is_some_and(|l| l > 3)) {
+            return Err(StoreError::Invalid("transcript crisis_level must be 0-3"));
+        }
+        crate::codec::encode_state(&state)?;
+        let mut inner = self.lock();
+        let thread_id = state.thread_id.clone();
+        let data = inner.threads.entry(thread_id.clone()).or_default();
+        let first_index = data.transcript.len() as u64;
+        data.transcript.extend(append);
+        let message_count = data.transcript.len() as u64;
+        state.message_count = message_count;
+        data.state = Some((state, at));
+        match session {
+            SessionWrite::Keep => {}
+            SessionWrite::Upsert(s) => {
+                inner.sessions.insert(thread_id, s);
+            }
+            SessionWrite::Clear => {
+                inner.sessions.remove(&thread_id);
+            }
+        }
+        Ok(CommitOutcome {
+            first_index,
+            message_count,
+        })
+    }
+
+    async fn history(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<u64>,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let inner = self.lock();
+        let Some(data) = inner.threads.get(thread_id) else {
+            return Ok(Vec::new());
+        };
+        let end = before.map_or(data.transcript.len(), |b| {
+            (b as usize).min(data.transcript.len())
+        });
+        let start = end.saturating_sub(limit);
+        Ok(entries(&data.transcript[..end], start))
+    }
+
+    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>> {
+        let inner = self.lock();
+        let mut out: Vec<ThreadSummary> = inner
+            .threads
+            .iter()
+            .filter_map(|(id, d)| {
+                d.state.as_ref().map(|(s, at)| ThreadSummary {
+                    thread_id: id.clone(),
+                    turn_count: s.turn_count,
+                    message_count: s.message_count,
+                    updated_at: *at,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.updated_at
+                .cmp(&a.updated_at)
+                .then_with(|| a.thread_id.cmp(&b.thread_id))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        inner.sessions.remove(thread_id);
+        Ok(inner
+            .threads
+            .remove(thread_id)
+            .is_some_and(|d| d.state.is_some()))
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryBackend {
+    async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
+        Ok(self.lock().sessions.get(thread_id).cloned())
+    }
+
+    async fn put(&self, session: &ActiveSession) -> StoreResult<()> {
+        self.lock()
+            .sessions
+            .insert(session.thread_id.clone(), session.clone());
+        Ok(())
+    }
+
+    async fn mark_finalize_required(&self, thread_id: &str, reason: &str) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        Ok(match inner.sessions.get_mut(thread_id) {
+            Some(s) => {
+                s.finalize_required_reason = Some(reason.to_owned());
+                true
+            }
+            None => false,
+        })
+    }
+
+    async fn clear(&self, thread_id: &str) -> StoreResult<bool> {
+        Ok(self.lock().sessions.remove(thread_id).is_some())
+    }
+
+    async fn list(&self) -> StoreResult<Vec<ActiveSession>> {
+        Ok(self.lock().sessions.values().cloned().collect())
+    }
+}
+
+#[async_trait]
+impl MemoryStore for MemoryBackend {
+    async fn put(&self, record: &MemoryRecord) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let list = inner
+            .memory
+            .entry((record.owner_id.clone(), record.kind))
+            .or_default();
+        if list.iter().any(|r| r.id == record.id) {
+            return Err(StoreError::Conflict {
+                what: "memory record",
+            });
+        }
+        list.push(record.clone());
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        owner_id: &str,
+        kind: MemoryKind,
+        id: &str,
+    ) -> StoreResult<Option<MemoryRecord>> {
+        let inner = self.lock();
+        Ok(inner
+            .memory
+            .get(&(owner_id.to_owned(), kind))
+            .and_then(|l| l.iter().find(|r| r.id == id).cloned()))
+    }
+
+    async fn list(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<Vec<MemoryRecord>> {
+        Ok(self
+            .lock()
+            .memory
+            .get(&(owner_id.to_owned(), kind))
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn update(&self, record: &MemoryRecord) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let Some(list) = inner
+            .memory
+            .get_mut(&(record.owner_id.clone(), record.kind))
+        else {
+            return Ok(false);
+        };
+        match list.iter_mut().find(|r| r.id == record.id) {
+            Some(slot) => {
+                *slot = record.clone();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn delete(&self, owner_id: &str, kind: MemoryKind, id: &str) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        let Some(list) = inner.memory.get_mut(&(owner_id.to_owned(), kind)) else {
+            return Ok(false);
+        };
+        let before = list.len();
+        list.retain(|r| r.id != id);
+        Ok(list.len() != before)
+    }
+
+    async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
+        Ok(self
+            .lock()
+            .memory
+            .get(&(owner_id.to_owned(), kind))
+            .map_or(0, |l| l.len() as u64))
+    }
+}
+
+#[async_trait]
+impl CrisisLog for MemoryBackend {
+    async fn append(&self, record: &CrisisRecord) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        if inner.crisis.iter().any(|r| r.id == record.id) {
+            return Ok(false);
+        }
+        inner.crisis.push(record.clone().normalized());
+        Ok(true)
+    }
+
+    async fn daily_counts(&self, since: NaiveDate) -> StoreResult<Vec<DailyCrisisCount>> {
+        let inner = self.lock();
+        let mut counts: BTreeMap<
+            (NaiveDate, u8, &'static str),
+            (crate::records::ResponsePath, u64),
+        > = BTreeMap::new();
+        for r in inner
+            .crisis
+            .iter()
+            .filter(|r| r.detected_at.date_naive() >= since)
+        {
+            let key = (
+                r.detected_at.date_naive(),
+                r.level.get(),
+                r.response_path.as_str(),
+            );
+            counts.entry(key).or_insert((r.response_path, 0)).1 += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(
+                |((day, level, _), (response_path, count))| DailyCrisisCount {
+                    day,
+                    level,
+                    response_path,
+                    count,
+                },
+            )
+            .collect())
+    }
+
+    async fn purge_before(&self, cutoff: DateTime<Utc>, now: DateTime<Utc>) -> StoreResult<u64> {
+        let mut inner = self.lock();
+        let before = inner.crisis.len();
+        inner.crisis.retain(|r| !r.purgeable(cutoff, now));
+        Ok((before - inner.crisis.len()) as u64)
+    }
+
+    async fn count(&self) -> StoreResult<u64> {
+        Ok(self.lock().crisis.len() as u64)
+    }
+
+    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<CrisisRecord>> {
+        Ok(self
+            .lock()
+            .crisis
+            .iter()
+            .filter(|r| r.session_id_opaque == session_id_opaque)
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl FeedbackStore for MemoryBackend {
+    async fn append(&self, record: &FeedbackRecord) -> StoreResult<()> {
+        let mut inner = self.lock();
+        if inner.feedback.iter().any(|r| r.id == record.id) {
+            return Err(StoreError::Conflict {
+                what: "feedback record",
+            });
+        }
+        inner.feedback.push(record.clone());
+        Ok(())
+    }
+
+    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<FeedbackRecord>> {
+        Ok(self
+            .lock()
+            .feedback
+            .iter()
+            .filter(|r| r.session_id_opaque == session_id_opaque)
+            .cloned()
+            .collect())
+    }
+
+    async fn count(&self) -> StoreResult<u64> {
+        Ok(self.lock().feedback.len() as u64)
+    }
+}
+
+#[async_trait]
+impl VoiceFinalizationStore for MemoryBackend {
+    async fn set(&self, status: &VoiceFinalization) -> StoreResult<()> {
+        self.lock()
+            .voice
+            .insert(status.thread_id.clone(), status.clone());
+        Ok(())
+    }
+
+    async fn get(&self, thread_id: &str) -> StoreResult<Option<VoiceFinalization>> {
+        Ok(self.lock().voice.get(thread_id).cloned())
+    }
+}

@@ -1,0 +1,468 @@
+//! Record types shared by every backend.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use opencouch_core::crisis::truncate_chars;
+use opencouch_core::{
+    ClassifierPath, CrisisLevel, Message, OverrideKind, ResourceLookupStatus, ResponseStyle,
+    ThreadState,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::session::ActiveSession;
+
+opencouch_core::string_enum! {
+    /// The memory namespace kind.
+    pub enum MemoryKind: "memory_kind" { Semantic = "semantic", Episodic = "episodic", Procedural = "procedural" }
+}
+
+opencouch_core::string_enum! {
+    /// What kind of crisis-log event a record is.
+    pub enum CrisisEventType: "crisis_event_type" {
+        /// A turn answered on the crisis path.
+        CrisisResponse = "crisis_response",
+        /// A voice turn whose post-turn check found a crisis the live model missed.
+        VoiceMissedCrisis = "voice_missed_crisis",
+    }
+}
+
+opencouch_core::string_enum! {
+    /// Which path produced the crisis reply.
+    pub enum ResponsePath: "response_path" {
+        /// The agent answered and called the resource tool itself.
+        Sdk = "sdk",
+        /// The runtime looked resources up itself and re-ran without tools.
+        SdkToolFallback = "sdk_tool_fallback",
+        /// A response-model override.
+        ResponseLlmOverride = "response_llm_override",
+        /// A safety overlay on another route.
+        SafetyOverlay = "safety_overlay",
+        /// The turn was not routed to crisis.
+        NotRouted = "not_routed",
+        /// The deterministic crisis scaffold (no model involved). Not in the
+        /// original's vocabulary: this implementation also runs model-free.
+        Deterministic = "deterministic",
+        /// Unknown.
+        Unknown = "unknown",
+    }
+}
+
+opencouch_core::string_enum! {
+    /// Modality recorded in the crisis log's trace fields.
+    pub enum TraceRuntimeMode: "trace_runtime_mode" { Text = "text", Voice = "voice" }
+}
+
+opencouch_core::string_enum! {
+    /// Session feedback label.
+    pub enum FeedbackLabel: "feedback_label" { Positive = "positive", Negative = "negative", Skip = "skip" }
+}
+
+opencouch_core::string_enum! {
+    /// Where session feedback was given.
+    pub enum FeedbackSource: "feedback_source" { CliEnd = "cli_end", CliExit = "cli_exit", ApiEnd = "api_end" }
+}
+
+opencouch_core::string_enum! {
+    /// Voice finalization progress.
+    pub enum VoiceFinalizationState: "voice_finalization_status" {
+        InProgress = "in_progress", Completed = "completed", Failed = "failed",
+    }
+}
+
+/// A stored embedding vector and the model that produced it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Embedding {
+    /// Embedding model id (vectors from different models never mix).
+    pub model: String,
+    /// The vector; its length is the stored `embedding_dim`.
+    pub values: Vec<f32>,
+}
+
+impl Embedding {
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.values.len()
+    }
+}
+
+/// Encodes an embedding as little-endian f32 bytes (the SQLite BLOB form).
+pub fn embedding_to_le_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Decodes little-endian f32 bytes; `None` when the length is not a multiple
+/// of four.
+pub fn embedding_from_le_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// One memory record. The `value` is the layer's own document (fact, arc,
+/// profile); this store does not interpret it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    /// Record id, unique per (owner, kind).
+    pub id: String,
+    /// Owner: user id, else session or thread id.
+    pub owner_id: String,
+    /// Namespace kind.
+    pub kind: MemoryKind,
+    /// Category (e.g. `preference`), when the layer has one.
+    pub category: Option<String>,
+    /// The record document.
+    pub value: Value,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last time retrieval used this record.
+    pub last_referenced_at: Option<DateTime<Utc>>,
+    /// When the record went dormant (superseded or decayed).
+    pub dormant_at: Option<DateTime<Utc>>,
+    /// Whether the user sees it in memory listings.
+    pub user_visible: bool,
+    /// Optional embedding.
+    pub embedding: Option<Embedding>,
+}
+
+impl MemoryRecord {
+    /// A visible record created at `created_at` with no embedding.
+    pub fn new(
+        owner_id: impl Into<String>,
+        kind: MemoryKind,
+        id: impl Into<String>,
+        value: Value,
+        created_at: DateTime<Utc>,
+    ) -> Self {
+        MemoryRecord {
+            id: id.into(),
+            owner_id: owner_id.into(),
+            kind,
+            category: None,
+            value,
+            created_at,
+            last_referenced_at: None,
+            dormant_at: None,
+            user_visible: true,
+            embedding: None,
+        }
+    }
+}
+
+/// Placeholder hashed when a crisis record has no session id.
+pub const MISSING_SESSION_PLACEHOLDER: &str = "opencouch:missing-session";
+
+/// SHA-256 hex of the session id, or of [`MISSING_SESSION_PLACEHOLDER`] when
+/// there is none. The raw session id is never stored in the crisis log or the
+/// feedback table.
+pub fn opaque_session_id(session_id: Option<&str>) -> String {
+    let raw = session_id.unwrap_or(MISSING_SESSION_PLACEHOLDER);
+    hex::encode(Sha256::digest(raw.as_bytes()))
+}
+
+/// Maximum characters kept in [`CrisisRecord::reason`].
+pub const CRISIS_REASON_MAX_CHARS: usize = 500;
+/// Maximum characters kept in [`CrisisRecord::fallback_reason`].
+pub const FALLBACK_REASON_MAX_CHARS: usize = 200;
+
+/// One crisis-log record (inventory §3). Contains no message text: `reason`
+/// is the classifier's short rationale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrisisRecord {
+    /// Record id (a UUID, or a deterministic id for append-once voice audits).
+    pub id: String,
+    /// Event type.
+    pub event_type: CrisisEventType,
+    /// SHA-256 hex of the session id (see [`opaque_session_id`]).
+    pub session_id_opaque: String,
+    /// User id; always `None` in incognito.
+    pub user_id_or_null: Option<String>,
+    /// Detection time (serialized as RFC 3339 with a `Z` suffix).
+    pub detected_at: DateTime<Utc>,
+    /// Final crisis level.
+    pub level: CrisisLevel,
+    /// Deterministic override that fired, if any.
+    pub override_kind: Option<OverrideKind>,
+    /// Which classifier produced the level.
+    pub classifier_path: ClassifierPath,
+    /// Classifier rationale, at most 500 characters.
+    pub reason: String,
+    /// Whether the crisis response completed.
+    pub response_node_completed: bool,
+    /// Whether a model call failed during the turn.
+    pub llm_failure_occurred: bool,
+    /// Reply style, when known.
+    pub response_style: Option<ResponseStyle>,
+    /// Outcome of the resource lookup.
+    pub resource_lookup_status: ResourceLookupStatus,
+    /// Number of resources shown.
+    pub resource_count: u32,
+    /// Tool names called during the turn (names only).
+    pub tool_calls: Vec<String>,
+    /// Which path produced the reply.
+    pub response_path: ResponsePath,
+    /// Why a fallback path was taken, at most 200 characters.
+    pub fallback_reason: Option<String>,
+    /// Trace id.
+    pub trace_id: Option<String>,
+    /// Trace session id.
+    pub trace_session_id: Option<String>,
+    /// Trace turn id.
+    pub trace_turn_id: Option<String>,
+    /// Modality.
+    pub trace_runtime_mode: TraceRuntimeMode,
+    /// Records are kept past purges until this time.
+    pub retention_extended_until: Option<DateTime<Utc>>,
+    /// Why retention was extended.
+    pub retention_extended_reason: Option<String>,
+}
+
+impl CrisisRecord {
+    /// A `crisis_response` record with a fresh UUID and neutral defaults for
+    /// the outcome fields (fill them in before appending).
+    pub fn crisis_response(
+        session_id: Option<&str>,
+        user_id: Option<String>,
+        detected_at: DateTime<Utc>,
+        level: CrisisLevel,
+        classifier_path: ClassifierPath,
+        reason: impl Into<String>,
+    ) -> Self {
+        CrisisRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            event_type: CrisisEventType::CrisisResponse,
+            session_id_opaque: opaque_session_id(session_id),
+            user_id_or_null: user_id,
+            detected_at,
+            level,
+            override_kind: None,
+            classifier_path,
+            reason: reason.into(),
+            response_node_completed: false,
+            llm_failure_occurred: false,
+            response_style: None,
+            resource_lookup_status: ResourceLookupStatus::NotAttempted,
+            resource_count: 0,
+            tool_calls: Vec::new(),
+            response_path: ResponsePath::Unknown,
+            fallback_reason: None,
+            trace_id: None,
+            trace_session_id: None,
+            trace_turn_id: None,
+            trace_runtime_mode: TraceRuntimeMode::Text,
+            retention_extended_until: None,
+            retention_extended_reason: None,
+        }
+        .normalized()
+    }
+
+    /// Applies the length caps (reason ≤500, fallback_reason ≤200 chars).
+    /// Every backend calls this before writing.
+    pub fn normalized(mut self) -> Self {
+        truncate_chars(&mut self.reason, CRISIS_REASON_MAX_CHARS);
+        if let Some(f) = self.fallback_reason.as_mut() {
+            truncate_chars(f, FALLBACK_REASON_MAX_CHARS);
+        }
+        self
+    }
+
+    /// Whether a purge with `cutoff` at `now` removes this record.
+    pub fn purgeable(&self, cutoff: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        self.detected_at < cutoff
+            && self
+                .retention_extended_until
+                .is_none_or(|until| until <= now)
+    }
+}
+
+/// One row of the daily crisis rollup: counts only, never text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DailyCrisisCount {
+    /// UTC day.
+    pub day: NaiveDate,
+    /// Crisis level.
+    pub level: u8,
+    /// Response path.
+    pub response_path: ResponsePath,
+    /// Number of records.
+    pub count: u64,
+}
+
+/// Current feedback record schema version.
+pub const FEEDBACK_SCHEMA_VERSION: u32 = 1;
+
+/// A thumbs-up/down given at session end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeedbackRecord {
+    /// Record id.
+    pub id: String,
+    /// SHA-256 hex of the session id.
+    pub session_id_opaque: String,
+    /// User id; `None` in incognito.
+    pub user_id_or_null: Option<String>,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+    /// The label.
+    pub label: FeedbackLabel,
+    /// User turns in the session at its end.
+    pub turn_count_at_end: u64,
+    /// Where it was given.
+    pub source: FeedbackSource,
+    /// Always [`FEEDBACK_SCHEMA_VERSION`] for records written by this build.
+    pub schema_version: u32,
+}
+
+impl FeedbackRecord {
+    /// A new record with a fresh id and the current schema version.
+    pub fn new(
+        session_id: Option<&str>,
+        user_id: Option<String>,
+        recorded_at: DateTime<Utc>,
+        label: FeedbackLabel,
+        turn_count_at_end: u64,
+        source: FeedbackSource,
+    ) -> Self {
+        FeedbackRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            session_id_opaque: opaque_session_id(session_id),
+            user_id_or_null: user_id,
+            recorded_at,
+            label,
+            turn_count_at_end,
+            source,
+            schema_version: FEEDBACK_SCHEMA_VERSION,
+        }
+    }
+}
+
+/// Voice finalization progress of one thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoiceFinalization {
+    /// Thread id.
+    pub thread_id: String,
+    /// Status.
+    pub status: VoiceFinalizationState,
+    /// Short machine-readable detail (never transcript text).
+    pub detail: Option<String>,
+    /// Last update.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A transcript entry with its position in the thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    /// Zero-based position in the thread's transcript.
+    pub index: u64,
+    /// The message.
+    pub message: Message,
+}
+
+/// What [`crate::ThreadStore::load`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadSnapshot {
+    /// The latest state snapshot.
+    pub state: ThreadState,
+    /// The last `n` transcript entries, oldest first.
+    pub recent: Vec<TranscriptEntry>,
+}
+
+/// How a turn commit changes the active-session row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum SessionWrite {
+    /// Leave the row as it is.
+    #[default]
+    Keep,
+    /// Insert or replace the row (its `thread_id` must match the commit's).
+    Upsert(ActiveSession),
+    /// Delete the row (session finalized).
+    Clear,
+}
+
+/// Everything one turn persists, written in one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnCommit {
+    /// The new snapshot. Its `message_count` is overwritten by the store with
+    /// the true count after appending.
+    pub state: ThreadState,
+    /// Transcript entries to append, in order.
+    pub append: Vec<Message>,
+    /// Active-session change.
+    pub session: SessionWrite,
+    /// Commit time (`thread_state.updated_at`).
+    pub at: DateTime<Utc>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Index given to the first appended entry.
+    pub first_index: u64,
+    /// Transcript length after the commit.
+    pub message_count: u64,
+}
+
+/// One row of [`crate::ThreadStore::list_threads`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadSummary {
+    /// Thread id.
+    pub thread_id: String,
+    /// User turns.
+    pub turn_count: u64,
+    /// Transcript entries.
+    pub message_count: u64,
+    /// Last commit time.
+    pub updated_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opaque_id_is_sha256_hex() {
+        // SHA-256("abc") is a published test vector.
+        assert_eq!(
+            opaque_session_id(Some("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let missing = opaque_session_id(None);
+        assert_eq!(missing.len(), 64);
+        assert_eq!(
+            missing,
+            opaque_session_id(Some(MISSING_SESSION_PLACEHOLDER))
+        );
+        assert_ne!(missing, opaque_session_id(Some("")));
+    }
+
+    #[test]
+    fn caps_apply() {
+        let mut r = CrisisRecord::crisis_response(
+            None,
+            None,
+            Utc::now(),
+            CrisisLevel::EXPLICIT,
+            ClassifierPath::Deterministic,
+            "r".repeat(900),
+        );
+        r.fallback_reason = Some("f".repeat(300));
+        let r = r.normalized();
+        assert_eq!(r.reason.chars().count(), CRISIS_REASON_MAX_CHARS);
+        assert_eq!(
+            r.fallback_reason.map(|f| f.chars().count()),
+            Some(FALLBACK_REASON_MAX_CHARS)
+        );
+    }
+
+    #[test]
+    fn embedding_bytes_round_trip() {
+        let v = vec![0.0f32, -1.5, 3.25, f32::MIN_POSITIVE];
+        assert_eq!(embedding_from_le_bytes(&embedding_to_le_bytes(&v)), Some(v));
+        assert_eq!(embedding_from_le_bytes(&[1, 2, 3]), None);
+    }
+}

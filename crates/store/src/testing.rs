@@ -1,0 +1,150 @@
+//! Test support shared with other crates: a throw-away PostgreSQL database
+//! per test. Not part of the stable API.
+//!
+//! [`pg_test_db`] connects to `OPENCOUCH_TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`), creates
+//! `opencouch_test_<random>` and drops it (with `FORCE`) when the returned
+//! [`PgTestDb`] is dropped, even when the test panics. When the server is
+//! unreachable: with `CI=true` the helper **panics** (CI must not silently skip
+//! the Postgres suite); otherwise it prints
+//! `skipping Postgres contract tests: …` and returns `None`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+
+/// Environment variable naming the admin database URL.
+pub const TEST_DATABASE_URL_ENV: &str = "OPENCOUCH_TEST_DATABASE_URL";
+/// Default admin database URL.
+pub const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A fresh database, dropped on drop.
+#[derive(Debug)]
+pub struct PgTestDb {
+    admin: PgConnectOptions,
+    name: String,
+    url: String,
+}
+
+impl PgTestDb {
+    /// URL of the fresh database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Database name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Replaces the database part of a `postgres://` URL.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let prefix = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{prefix}/{name}?{q}"),
+        None => format!("{prefix}/{name}"),
+    }
+}
+
+fn unreachable(reason: String) -> Option<PgTestDb> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("Postgres is required in CI but unreachable: {reason}");
+    }
+    eprintln!("skipping Postgres contract tests: {reason}");
+    None
+}
+
+/// Creates a fresh test database, or `None` (with a notice) when Postgres is
+/// unreachable outside CI. Panics when unreachable and `CI=true`.
+pub async fn pg_test_db() -> Option<PgTestDb> {
+    match try_pg_test_db().await {
+        Ok(db) => Some(db),
+        Err(reason) => unreachable(reason),
+    }
+}
+
+/// Creates a fresh test database; `Err` says why Postgres is unusable (no
+/// CI policy applied: for benchmarks and tools that always skip).
+pub async fn try_pg_test_db() -> Result<PgTestDb, String> {
+    let admin_url = std::env::var(TEST_DATABASE_URL_ENV)
+        .unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.to_owned());
+    let admin = PgConnectOptions::from_str(&admin_url)
+        .map_err(|e| format!("invalid {TEST_DATABASE_URL_ENV}: {e}"))?;
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&admin))
+        .await
+        .map_err(|_| "connection timed out after 5 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let name = format!("opencouch_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("cannot create a test database: {e}"))?;
+    let _ = conn.close().await;
+    let url = with_database(&admin_url, &name);
+    Ok(PgTestDb { admin, name, url })
+}
+
+impl Drop for PgTestDb {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        // A separate thread with its own runtime works from sync and async
+        // contexts alike, including during a panic.
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(admin)
+                    .await
+                {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    if let Err(e) = sqlx::query(&sql).execute(&pool).await {
+                        eprintln!("could not drop test database {name}: {e}");
+                    }
+                    pool.close().await;
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn database_is_replaced() {
+        let cases = [
+            (
+                "postgres://postgres@127.0.0.1:5432/postgres",
+                "postgres://postgres@127.0.0.1:5432/x",
+            ),
+            (
+                "postgres://u:p@h/db?sslmode=disable",
+                "postgres://u:p@h/x?sslmode=disable",
+            ),
+            ("postgres://h:5432", "postgres://h:5432/x"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(with_database(input, "x"), want, "{input}");
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The store traits. Every backend implements all of them with the same
+//! observable behaviour (pinned by `tests/contract.rs`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+
+use crate::error::StoreResult;
+use crate::records::{
+    CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
+    ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
+};
+use crate::session::{ActiveSession, SessionStatus, session_status};
+
+/// Thread snapshots and transcripts.
+///
+/// Cost model: `commit_turn` appends rows and rewrites one small snapshot
+/// row; `load` reads the snapshot plus the last `recent` entries through the
+/// `(thread_id, idx)` key. Neither grows with the thread's length.
+#[async_trait]
+pub trait ThreadStore: Send + Sync {
+    /// The snapshot and the last `recent` transcript entries (oldest first),
+    /// or `None` for an unknown thread.
+    async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>>;
+
+    /// Atomically appends `commit.append` as transcript rows (indexes
+    /// continue from the current end), upserts the snapshot (with
+    /// `message_count` set to the new transcript length) and applies
+    /// `commit.session`. All or nothing.
+    async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome>;
+
+    /// Up to `limit` transcript entries with index `< before` (all when
+    /// `None`), the newest `limit` of them, returned oldest first.
+    async fn history(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<u64>,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    /// Up to `limit` threads, most recently updated first.
+    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>>;
+
+    /// Deletes the snapshot, transcript and active-session row of a thread.
+    /// Returns whether a snapshot existed.
+    async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool>;
+}
+
+/// Active-session rows (one per thread with an open session).
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// The row, if any. An unreadable session buffer is returned as
+    /// `Value::Null` with `finalize_required_reason = unreadable_payload`.
+    async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>>;
+
+    /// Inserts or replaces the row.
+    async fn put(&self, session: &ActiveSession) -> StoreResult<()>;
+
+    /// Sets `finalize_required_reason`; returns whether the row exists.
+    async fn mark_finalize_required(&self, thread_id: &str, reason: &str) -> StoreResult<bool>;
+
+    /// Deletes the row; returns whether it existed.
+    async fn clear(&self, thread_id: &str) -> StoreResult<bool>;
+
+    /// All rows (the table holds only open sessions, so it stays small).
+    async fn list(&self) -> StoreResult<Vec<ActiveSession>>;
+
+    /// The session status of a thread at `now` (see [`crate::session`]).
+    async fn status(
+        &self,
+        thread_id: &str,
+        now: DateTime<Utc>,
+        timeout: Duration,
+    ) -> StoreResult<SessionStatus> {
+        let row = self.get(thread_id).await?;
+        Ok(session_status(row.as_ref(), now, timeout))
+    }
+
+    /// Thread ids whose session needs finalization at `now`: expired or
+    /// interrupted, sorted by thread id.
+    async fn list_expired(
+        &self,
+        now: DateTime<Utc>,
+        timeout: Duration,
+    ) -> StoreResult<Vec<String>> {
+        let mut out: Vec<String> = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|s| {
+                matches!(
+                    session_status(Some(s), now, timeout),
+                    SessionStatus::ExpiredUnfinalized | SessionStatus::Interrupted
+                )
+            })
+            .map(|s| s.thread_id)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// Memory records, namespaced by (owner, kind). A plain record store: the
+/// memory logic lives elsewhere.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Inserts a new record; `StoreError::Conflict` if (owner, kind, id)
+    /// exists.
+    async fn put(&self, record: &MemoryRecord) -> StoreResult<()>;
+
+    /// One record.
+    async fn get(
+        &self,
+        owner_id: &str,
+        kind: MemoryKind,
+        id: &str,
+    ) -> StoreResult<Option<MemoryRecord>>;
+
+    /// All records of the namespace in insertion order.
+    async fn list(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<Vec<MemoryRecord>>;
+
+    /// Replaces an existing record (keeps its insertion position); returns
+    /// whether it existed.
+    async fn update(&self, record: &MemoryRecord) -> StoreResult<bool>;
+
+    /// Deletes a record; returns whether it existed.
+    async fn delete(&self, owner_id: &str, kind: MemoryKind, id: &str) -> StoreResult<bool>;
+
+    /// Number of records in the namespace.
+    async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64>;
+}
+
+/// The crisis audit log. Appends are bounded by the caller (250 ms) and must
+/// never fail a turn.
+#[async_trait]
+pub trait CrisisLog: Send + Sync {
+    /// Appends a record (caps applied). Appending the same id twice is a
+    /// no-op that returns `false` (append-once voice audits).
+    async fn append(&self, record: &CrisisRecord) -> StoreResult<bool>;
+
+    /// Counts per (UTC day, level, response path) for days `>= since`,
+    /// sorted by day, level, path.
+    async fn daily_counts(&self, since: NaiveDate) -> StoreResult<Vec<DailyCrisisCount>>;
+
+    /// Deletes records detected before `cutoff`, except those whose
+    /// retention is extended past `now`. Returns how many were deleted.
+    async fn purge_before(&self, cutoff: DateTime<Utc>, now: DateTime<Utc>) -> StoreResult<u64>;
+
+    /// Total records.
+    async fn count(&self) -> StoreResult<u64>;
+
+    /// Records for one opaque session id, oldest first (audit tooling).
+    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<CrisisRecord>>;
+
+    /// Deletes records older than `days` days from now.
+    async fn purge_older_than(&self, days: u32) -> StoreResult<u64> {
+        let now = Utc::now();
+        self.purge_before(now - Duration::days(i64::from(days)), now)
+            .await
+    }
+}
+
+/// Session feedback (thumbs) records.
+#[async_trait]
+pub trait FeedbackStore: Send + Sync {
+    /// Appends a record.
+    async fn append(&self, record: &FeedbackRecord) -> StoreResult<()>;
+
+    /// Records for one opaque session id, oldest first.
+    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<FeedbackRecord>>;
+
+    /// Total records.
+    async fn count(&self) -> StoreResult<u64>;
+}
+
+/// Voice finalization status per thread.
+#[async_trait]
+pub trait VoiceFinalizationStore: Send + Sync {
+    /// Inserts or replaces the thread's status.
+    async fn set(&self, status: &VoiceFinalization) -> StoreResult<()>;
+
+    /// The thread's status.
+    async fn get(&self, thread_id: &str) -> StoreResult<Option<VoiceFinalization>>;
+}

@@ -1,0 +1,986 @@
+//! One contract, three backends: every `async fn` below takes `&Stores` and
+//! runs unchanged against the in-memory, SQLite and PostgreSQL backends (the
+//! `contract!` macro at the bottom generates one test per backend).
+//! PostgreSQL tests get a fresh database each (see
+//! `opencouch_store::testing::pg_test_db`) and skip with a notice when the
+//! server is unreachable outside CI.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use opencouch_core::{
+    Channel, ClassifierPath, CrisisLevel, Message, OverrideKind, ResourceLookupStatus,
+    ResponseStyle, Role, Route, ThreadState,
+};
+use opencouch_store::session::REASON_INTERRUPTED;
+use opencouch_store::{
+    ActiveSession, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
+    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
+    ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
+    TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
+};
+use serde_json::json;
+
+fn t0() -> DateTime<Utc> {
+    // Microsecond precision: what every backend keeps.
+    Utc.with_ymd_and_hms(2026, 3, 1, 10, 0, 0)
+        .single()
+        .expect("valid time")
+        + Duration::microseconds(123_456)
+}
+
+fn msg(role: Role, content: &str, at: DateTime<Utc>) -> Message {
+    Message {
+        role,
+        content: content.to_owned(),
+        route: None,
+        response_style: None,
+        crisis_level: None,
+        at: Some(at),
+    }
+}
+
+fn turn(state: &ThreadState, user: &str, reply: &str, at: DateTime<Utc>) -> TurnCommit {
+    let mut state = state.clone();
+    state.turn_count += 1;
+    let mut u = msg(Role::User, user, at);
+    u.crisis_level = Some(0);
+    let mut a = msg(Role::Assistant, reply, at);
+    a.route = Some(Route::Therapeutic);
+    a.response_style = Some(ResponseStyle::Reflective);
+    TurnCommit {
+        state,
+        append: vec![u, a],
+        session: SessionWrite::Keep,
+        at,
+    }
+}
+
+async fn thread_commit_and_load(s: &Stores) {
+    assert!(s.threads.load("t1", 10).await.expect("load").is_none());
+    let mut state = ThreadState::new("t1", Channel::Web);
+    state.user_id = Some("u1".into());
+    state
+        .extra
+        .insert("future_field".into(), json!({"kept": [1, 2]}));
+    let mut c = turn(&state, "hello", "hi", t0());
+    c.session = SessionWrite::Upsert(ActiveSession::start("t1", t0(), 0));
+    let out = s.threads.commit_turn(c).await.expect("commit 1");
+    assert_eq!((out.first_index, out.message_count), (0, 2));
+
+    let snap = s
+        .threads
+        .load("t1", 10)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(snap.state.message_count, 2, "store sets message_count");
+    assert_eq!(snap.state.turn_count, 1);
+    assert_eq!(snap.state.user_id.as_deref(), Some("u1"));
+    assert_eq!(
+        snap.state.extra.get("future_field"),
+        Some(&json!({"kept": [1, 2]}))
+    );
+    assert_eq!(snap.recent.len(), 2);
+    assert_eq!(snap.recent[0].index, 0);
+    assert_eq!(snap.recent[0].message.content, "hello");
+    assert_eq!(snap.recent[0].message.crisis_level, Some(0));
+    assert_eq!(snap.recent[0].message.at, Some(t0()));
+    assert_eq!(snap.recent[1].message.role, Role::Assistant);
+    assert_eq!(snap.recent[1].message.route, Some(Route::Therapeutic));
+    assert_eq!(
+        snap.recent[1].message.response_style,
+        Some(ResponseStyle::Reflective)
+    );
+    assert!(
+        s.sessions.get("t1").await.expect("session").is_some(),
+        "commit wrote the session row"
+    );
+
+    let out = s
+        .threads
+        .commit_turn(turn(
+            &snap.state,
+            "again",
+            "yes",
+            t0() + Duration::seconds(5),
+        ))
+        .await
+        .expect("c2");
+    assert_eq!((out.first_index, out.message_count), (2, 4));
+    let snap = s
+        .threads
+        .load("t1", 3)
+        .await
+        .expect("load")
+        .expect("exists");
+    let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+    assert_eq!(idx, vec![1, 2, 3], "recent window, oldest first");
+    assert_eq!(snap.state.turn_count, 2);
+    assert_eq!(
+        s.threads
+            .load("t1", 0)
+            .await
+            .expect("load")
+            .expect("exists")
+            .recent
+            .len(),
+        0
+    );
+}
+
+async fn thread_history_pages(s: &Stores) {
+    let mut state = ThreadState::new("h", Channel::Test);
+    for i in 0..5 {
+        let out = s
+            .threads
+            .commit_turn(turn(&state, &format!("u{i}"), &format!("a{i}"), t0()))
+            .await
+            .expect("commit");
+        state.turn_count += 1;
+        state.message_count = out.message_count;
+    }
+    let page = |v: Vec<opencouch_store::TranscriptEntry>| {
+        v.into_iter().map(|e| e.index).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        page(s.threads.history("h", 3, None).await.expect("h")),
+        vec![7, 8, 9]
+    );
+    assert_eq!(
+        page(s.threads.history("h", 3, Some(7)).await.expect("h")),
+        vec![4, 5, 6]
+    );
+    assert_eq!(
+        page(s.threads.history("h", 5, Some(2)).await.expect("h")),
+        vec![0, 1]
+    );
+    assert_eq!(
+        page(s.threads.history("h", 100, None).await.expect("h")).len(),
+        10
+    );
+    assert!(
+        s.threads
+            .history("nope", 3, None)
+            .await
+            .expect("h")
+            .is_empty()
+    );
+    let first = s.threads.history("h", 1, Some(1)).await.expect("h");
+    assert_eq!(first[0].message.content, "u0");
+}
+
+async fn thread_list_and_delete(s: &Stores) {
+    for (id, offset) in [("a", 1), ("b", 3), ("c", 2)] {
+        let st = ThreadState::new(id, Channel::Web);
+        s.threads
+            .commit_turn(turn(&st, "x", "y", t0() + Duration::minutes(offset)))
+            .await
+            .expect("commit");
+    }
+    let list = s.threads.list_threads(10).await.expect("list");
+    let ids: Vec<&str> = list.iter().map(|t| t.thread_id.as_str()).collect();
+    assert_eq!(ids, vec!["b", "c", "a"], "most recent first");
+    assert_eq!(list[0].updated_at, t0() + Duration::minutes(3));
+    assert_eq!((list[0].turn_count, list[0].message_count), (1, 2));
+    assert_eq!(s.threads.list_threads(1).await.expect("list").len(), 1);
+
+    s.sessions
+        .put(&ActiveSession::start("b", t0(), 0))
+        .await
+        .expect("session");
+    assert!(s.threads.delete_thread("b").await.expect("delete"));
+    assert!(!s.threads.delete_thread("b").await.expect("delete again"));
+    assert!(s.threads.load("b", 10).await.expect("load").is_none());
+    assert!(
+        s.threads
+            .history("b", 10, None)
+            .await
+            .expect("history")
+            .is_empty()
+    );
+    assert!(
+        s.sessions.get("b").await.expect("session").is_none(),
+        "delete removes the session row"
+    );
+    // Re-creating a deleted thread starts its transcript at 0 again.
+    let out = s
+        .threads
+        .commit_turn(turn(&ThreadState::new("b", Channel::Web), "x", "y", t0()))
+        .await
+        .expect("c");
+    assert_eq!(out.first_index, 0);
+}
+
+async fn commit_is_all_or_nothing(s: &Stores) {
+    let st = ThreadState::new("atomic", Channel::Web);
+    s.threads
+        .commit_turn(turn(&st, "one", "two", t0()))
+        .await
+        .expect("commit");
+    // A snapshot the store cannot write (turn_count beyond i64) must not
+    // leave the transcript rows appended before it, nor touch the session.
+    let mut bad = turn(&st, "lost", "lost", t0() + Duration::seconds(1));
+    bad.state.turn_count = u64::MAX;
+    bad.session = SessionWrite::Upsert(ActiveSession::start("atomic", t0(), 0));
+    assert!(s.threads.commit_turn(bad).await.is_err());
+    let snap = s
+        .threads
+        .load("atomic", 10)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(snap.recent.len(), 2, "no rows from the failed commit");
+    assert_eq!(snap.state.turn_count, 1);
+    assert!(s.sessions.get("atomic").await.expect("get").is_none());
+    // A session row for another thread is refused.
+    let mut wrong = turn(&st, "x", "y", t0());
+    wrong.session = SessionWrite::Upsert(ActiveSession::start("other", t0(), 0));
+    assert!(matches!(
+        s.threads.commit_turn(wrong).await,
+        Err(StoreError::Invalid(_))
+    ));
+    // The next good commit continues the indexes.
+    let out = s
+        .threads
+        .commit_turn(turn(&snap.state, "3", "4", t0()))
+        .await
+        .expect("commit");
+    assert_eq!(out.first_index, 2);
+}
+
+async fn sessions_lifecycle(s: &Stores) {
+    let now = t0();
+    let timeout = DEFAULT_SESSION_TIMEOUT;
+    assert_eq!(
+        s.sessions.status("s1", now, timeout).await.expect("status"),
+        SessionStatus::Absent
+    );
+    let mut row = ActiveSession::start("s1", now, 4);
+    row.max_crisis_level = 2;
+    row.session_buffer = json!({"held_semantic": [{"id": "c1"}], "approach_counts": {"cbt": 1}});
+    s.sessions.put(&row).await.expect("put");
+    assert_eq!(s.sessions.get("s1").await.expect("get"), Some(row.clone()));
+    assert_eq!(
+        s.sessions
+            .status("s1", now + Duration::minutes(19), timeout)
+            .await
+            .expect("st"),
+        SessionStatus::Active
+    );
+    assert_eq!(
+        s.sessions
+            .status("s1", now + timeout, timeout)
+            .await
+            .expect("st"),
+        SessionStatus::ExpiredUnfinalized,
+        "boundary counts as expired"
+    );
+
+    let mut missing = ActiveSession::start("s2", now, 0);
+    missing.last_active_at = None;
+    s.sessions.put(&missing).await.expect("put");
+    let mut rotating = ActiveSession::start("s3", now + Duration::minutes(10), 0);
+    rotating.rotate_after_this_turn = true;
+    s.sessions.put(&rotating).await.expect("put");
+    assert_eq!(
+        s.sessions
+            .get("s2")
+            .await
+            .expect("get")
+            .expect("row")
+            .last_active_at,
+        None
+    );
+    assert_eq!(
+        s.sessions.status("s2", now, timeout).await.expect("st"),
+        SessionStatus::ExpiredUnfinalized
+    );
+    assert_eq!(
+        s.sessions
+            .status("s3", now + Duration::minutes(11), timeout)
+            .await
+            .expect("st"),
+        SessionStatus::RotationRequired
+    );
+
+    let at25 = now + Duration::minutes(25);
+    assert_eq!(
+        s.sessions
+            .list_expired(at25, timeout)
+            .await
+            .expect("expired"),
+        vec!["s1", "s2"]
+    );
+    assert_eq!(
+        s.sessions
+            .list_expired(now, timeout)
+            .await
+            .expect("expired"),
+        vec!["s2"]
+    );
+
+    assert!(
+        s.sessions
+            .mark_finalize_required("s3", REASON_INTERRUPTED)
+            .await
+            .expect("mark")
+    );
+    assert!(
+        !s.sessions
+            .mark_finalize_required("nope", REASON_INTERRUPTED)
+            .await
+            .expect("mark")
+    );
+    assert_eq!(
+        s.sessions
+            .status("s3", now + Duration::minutes(11), timeout)
+            .await
+            .expect("st"),
+        SessionStatus::Interrupted
+    );
+    assert_eq!(
+        s.sessions
+            .list_expired(now, timeout)
+            .await
+            .expect("expired"),
+        vec!["s2", "s3"]
+    );
+
+    assert!(s.sessions.clear("s1").await.expect("clear"));
+    assert!(!s.sessions.clear("s1").await.expect("clear again"));
+    assert_eq!(s.sessions.list().await.expect("list").len(), 2);
+
+    // commit_turn can clear the row in the same transaction.
+    let st = ThreadState::new("s2", Channel::Web);
+    let mut c = turn(&st, "bye", "take care", now);
+    c.session = SessionWrite::Clear;
+    s.threads.commit_turn(c).await.expect("commit");
+    assert!(s.sessions.get("s2").await.expect("get").is_none());
+}
+
+fn record(owner: &str, kind: MemoryKind, id: &str, n: i64) -> MemoryRecord {
+    let mut r = MemoryRecord::new(
+        owner,
+        kind,
+        id,
+        json!({"n": n, "text": format!("record {id}")}),
+        t0(),
+    );
+    r.category = Some("preference".into());
+    r
+}
+
+async fn memory_records(s: &Stores) {
+    let mut a = record("u1", MemoryKind::Semantic, "m-z", 1);
+    a.embedding = Some(Embedding {
+        model: "mini".into(),
+        values: vec![0.25, -1.0, 3.5e-3, f32::MAX],
+    });
+    a.last_referenced_at = Some(t0() + Duration::hours(1));
+    let b = record("u1", MemoryKind::Semantic, "m-a", 2);
+    let c = record("u1", MemoryKind::Semantic, "m-m", 3);
+    for r in [&a, &b, &c] {
+        s.memory.put(r).await.expect("put");
+    }
+    // Other namespaces are isolated.
+    s.memory
+        .put(&record("u1", MemoryKind::Episodic, "m-z", 9))
+        .await
+        .expect("put episodic");
+    s.memory
+        .put(&record("u2", MemoryKind::Semantic, "m-z", 9))
+        .await
+        .expect("put other owner");
+
+    let ids = |v: Vec<MemoryRecord>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s
+            .memory
+            .list("u1", MemoryKind::Semantic)
+            .await
+            .expect("list")),
+        vec!["m-z", "m-a", "m-m"]
+    );
+    assert_eq!(
+        s.memory
+            .count("u1", MemoryKind::Semantic)
+            .await
+            .expect("count"),
+        3
+    );
+    assert_eq!(
+        s.memory
+            .count("u1", MemoryKind::Procedural)
+            .await
+            .expect("count"),
+        0
+    );
+    assert_eq!(
+        s.memory
+            .get("u1", MemoryKind::Semantic, "m-z")
+            .await
+            .expect("get"),
+        Some(a.clone())
+    );
+    assert!(
+        matches!(s.memory.put(&a).await, Err(StoreError::Conflict { .. })),
+        "duplicate id refused"
+    );
+
+    let mut a2 = a.clone();
+    a2.value = json!({"n": 10});
+    a2.dormant_at = Some(t0() + Duration::days(1));
+    a2.user_visible = false;
+    a2.embedding = None;
+    assert!(s.memory.update(&a2).await.expect("update"));
+    assert!(
+        !s.memory
+            .update(&record("u1", MemoryKind::Semantic, "ghost", 0))
+            .await
+            .expect("update missing")
+    );
+    let listed = s
+        .memory
+        .list("u1", MemoryKind::Semantic)
+        .await
+        .expect("list");
+    assert_eq!(listed[0], a2, "update keeps insertion position");
+
+    assert!(
+        s.memory
+            .delete("u1", MemoryKind::Semantic, "m-a")
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !s.memory
+            .delete("u1", MemoryKind::Semantic, "m-a")
+            .await
+            .expect("delete again")
+    );
+    assert_eq!(
+        ids(s
+            .memory
+            .list("u1", MemoryKind::Semantic)
+            .await
+            .expect("list")),
+        vec!["m-z", "m-m"]
+    );
+    assert_eq!(
+        s.memory
+            .count("u2", MemoryKind::Semantic)
+            .await
+            .expect("count"),
+        1
+    );
+}
+
+fn crisis(session: &str, at: DateTime<Utc>, level: u8, path: ResponsePath) -> CrisisRecord {
+    let mut r = CrisisRecord::crisis_response(
+        Some(session),
+        None,
+        at,
+        CrisisLevel::new(level).expect("level"),
+        ClassifierPath::Deterministic,
+        "explicit ideation",
+    );
+    r.response_path = path;
+    r
+}
+
+async fn crisis_log(s: &Stores) {
+    let day1 = t0();
+    let day2 = t0() + Duration::days(1);
+    let mut first = crisis("sess-1", day1, 3, ResponsePath::Deterministic);
+    first.reason = "r".repeat(900);
+    first.fallback_reason = Some("f".repeat(300));
+    first.override_kind = Some(OverrideKind::Imminent);
+    first.user_id_or_null = Some("user-9".into());
+    first.resource_lookup_status = ResourceLookupStatus::Found;
+    first.resource_count = 2;
+    first.tool_calls = vec!["lookup_crisis_resources".into()];
+    first.trace_runtime_mode = TraceRuntimeMode::Voice;
+    first.event_type = CrisisEventType::VoiceMissedCrisis;
+    assert!(s.crisis.append(&first).await.expect("append"));
+    assert!(
+        !s.crisis.append(&first).await.expect("append once"),
+        "same id is appended once"
+    );
+    s.crisis
+        .append(&crisis(
+            "sess-1",
+            day1 + Duration::hours(1),
+            3,
+            ResponsePath::Deterministic,
+        ))
+        .await
+        .expect("a");
+    s.crisis
+        .append(&crisis("sess-2", day1, 2, ResponsePath::Sdk))
+        .await
+        .expect("a");
+    s.crisis
+        .append(&crisis("sess-2", day2, 2, ResponsePath::SdkToolFallback))
+        .await
+        .expect("a");
+    assert_eq!(s.crisis.count().await.expect("count"), 4);
+
+    let stored = s
+        .crisis
+        .list_for_session(&opaque_session_id(Some("sess-1")))
+        .await
+        .expect("list");
+    assert_eq!(stored.len(), 2);
+    assert_eq!(
+        stored[0].reason.chars().count(),
+        500,
+        "reason capped at 500"
+    );
+    assert_eq!(
+        stored[0]
+            .fallback_reason
+            .as_ref()
+            .map(|f| f.chars().count()),
+        Some(200)
+    );
+    let mut expected = first.clone().normalized();
+    expected.detected_at = stored[0].detected_at;
+    assert_eq!(stored[0], expected, "every field round-trips");
+    assert!(
+        s.crisis
+            .list_for_session("sess-1")
+            .await
+            .expect("raw id")
+            .is_empty(),
+        "raw ids are never stored"
+    );
+
+    let day = |d: DateTime<Utc>| d.date_naive();
+    let counts: Vec<(NaiveDate, u8, ResponsePath, u64)> = s
+        .crisis
+        .daily_counts(day(day1))
+        .await
+        .expect("counts")
+        .into_iter()
+        .map(|c| (c.day, c.level, c.response_path, c.count))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![
+            (day(day1), 2, ResponsePath::Sdk, 1),
+            (day(day1), 3, ResponsePath::Deterministic, 2),
+            (day(day2), 2, ResponsePath::SdkToolFallback, 1),
+        ]
+    );
+    assert_eq!(
+        s.crisis
+            .daily_counts(day(day2))
+            .await
+            .expect("counts")
+            .len(),
+        1
+    );
+
+    // Purge: day-1 records go, except one whose retention is extended.
+    let mut kept = crisis("sess-3", day1, 2, ResponsePath::Sdk);
+    kept.retention_extended_until = Some(day2 + Duration::days(30));
+    kept.retention_extended_reason = Some("incident review".into());
+    s.crisis.append(&kept).await.expect("append");
+    let purged = s
+        .crisis
+        .purge_before(day1 + Duration::hours(12), day2)
+        .await
+        .expect("purge");
+    assert_eq!(purged, 3);
+    assert_eq!(s.crisis.count().await.expect("count"), 2);
+    assert_eq!(
+        s.crisis.purge_older_than(36500).await.expect("purge none"),
+        0
+    );
+}
+
+async fn feedback_and_voice(s: &Stores) {
+    let f = FeedbackRecord::new(
+        Some("sess"),
+        None,
+        t0(),
+        FeedbackLabel::Positive,
+        7,
+        FeedbackSource::ApiEnd,
+    );
+    assert_eq!(f.schema_version, 1);
+    s.feedback.append(&f).await.expect("append");
+    let g = FeedbackRecord::new(
+        Some("sess"),
+        Some("u".into()),
+        t0(),
+        FeedbackLabel::Skip,
+        0,
+        FeedbackSource::CliExit,
+    );
+    s.feedback.append(&g).await.expect("append");
+    assert!(matches!(
+        s.feedback.append(&f).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(s.feedback.count().await.expect("count"), 2);
+    assert_eq!(
+        s.feedback
+            .list_for_session(&opaque_session_id(Some("sess")))
+            .await
+            .expect("list"),
+        vec![f, g]
+    );
+
+    assert!(s.voice.get("v").await.expect("get").is_none());
+    let mut v = VoiceFinalization {
+        thread_id: "v".into(),
+        status: VoiceFinalizationState::InProgress,
+        detail: None,
+        updated_at: t0(),
+    };
+    s.voice.set(&v).await.expect("set");
+    v.status = VoiceFinalizationState::Failed;
+    v.detail = Some("summarizer_timeout".into());
+    v.updated_at = t0() + Duration::seconds(3);
+    s.voice.set(&v).await.expect("set");
+    assert_eq!(s.voice.get("v").await.expect("get"), Some(v));
+}
+
+async fn concurrent_turns_serialize(s: &Stores) {
+    // Eight tasks each run load → commit under the thread lock. Without the
+    // lock, two tasks would load the same snapshot and a turn would be lost.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = s.lock_thread("busy").await.expect("lock");
+            let state = match s.threads.load("busy", 4).await.expect("load") {
+                Some(snap) => snap.state,
+                None => ThreadState::new("busy", Channel::Web),
+            };
+            tokio::time::sleep(StdDuration::from_millis(2)).await;
+            s.threads
+                .commit_turn(turn(&state, &format!("u{i}"), "a", t0()))
+                .await
+                .expect("commit");
+            guard.release().await.expect("release");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let snap = s
+        .threads
+        .load("busy", 100)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(snap.state.turn_count, 8, "no lost turn");
+    assert_eq!(snap.state.message_count, 16);
+    let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+    assert_eq!(idx, (0..16).collect::<Vec<_>>());
+    // The sweeper lock is exclusive.
+    let sweeper = s
+        .locks
+        .try_lock_global(SWEEPER_LOCK)
+        .await
+        .expect("try")
+        .expect("free");
+    assert!(
+        s.locks
+            .try_lock_global(SWEEPER_LOCK)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    sweeper.release().await.expect("release");
+}
+
+async fn sqlite_stores() -> (tempfile::TempDir, Stores) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A nested path proves `open` creates parent directories.
+    let stores = SqliteStores::open(dir.path().join("nested/dir/opencouch.db"))
+        .await
+        .expect("open sqlite");
+    (dir, stores.into_stores())
+}
+
+macro_rules! contract {
+    ($($name:ident),+ $(,)?) => {
+        mod memory_backend {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(&opencouch_store::Stores::in_memory()).await;
+                }
+            )+
+        }
+        mod sqlite_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (_dir, stores) = super::sqlite_stores().await;
+                    super::$name(&stores).await;
+                }
+            )+
+        }
+        mod postgres_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(db) = opencouch_store::testing::pg_test_db().await else { return };
+                    let pg = opencouch_store::PgStores::connect(db.url()).await.expect("connect postgres");
+                    super::$name(&pg.clone().into_stores()).await;
+                    pg.close().await;
+                    drop(db);
+                }
+            )+
+        }
+    };
+}
+
+contract!(
+    thread_commit_and_load,
+    thread_history_pages,
+    thread_list_and_delete,
+    commit_is_all_or_nothing,
+    sessions_lifecycle,
+    memory_records,
+    crisis_log,
+    feedback_and_voice,
+    concurrent_turns_serialize,
+);
+
+/// A representative first read/append after start-up.
+async fn first_requests(s: &Stores, tag: &str) {
+    let thread = format!("fresh-{tag}");
+    let _guard = s.lock_thread(&thread).await.expect("lock");
+    assert!(s.threads.load(&thread, 20).await.expect("load").is_none());
+    s.threads
+        .commit_turn(turn(
+            &ThreadState::new(thread.as_str(), Channel::Web),
+            "a",
+            "b",
+            t0(),
+        ))
+        .await
+        .expect("commit");
+    assert!(s.threads.load(&thread, 20).await.expect("load").is_some());
+    s.crisis
+        .append(&crisis(&thread, t0(), 2, ResponsePath::Deterministic))
+        .await
+        .expect("crisis append");
+    s.memory
+        .list("u", MemoryKind::Semantic)
+        .await
+        .expect("memory read");
+    s.memory
+        .put(&record("u", MemoryKind::Semantic, &thread, 1))
+        .await
+        .expect("memory put");
+    s.sessions
+        .list_expired(t0(), DEFAULT_SESSION_TIMEOUT)
+        .await
+        .expect("sessions");
+    s.feedback.count().await.expect("feedback");
+}
+
+/// SQLite bumps `PRAGMA schema_version` on every schema change, in any
+/// connection. It must not move between start-up and the first requests
+/// (nor on a restart, whose `migrate()` only finds everything applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_first_requests_issue_no_ddl() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ddl.db");
+    let backend = SqliteStores::open(&path).await.expect("open");
+    let version = |b: SqliteStores| async move {
+        sqlx::query_scalar::<_, i64>("PRAGMA schema_version")
+            .fetch_one(b.pool())
+            .await
+            .expect("pragma")
+    };
+    let before = version(backend.clone()).await;
+    first_requests(&backend.clone().into_stores(), "a").await;
+    assert_eq!(
+        version(backend.clone()).await,
+        before,
+        "request paths issued DDL"
+    );
+    backend.close().await;
+
+    let reopened = SqliteStores::open(&path).await.expect("reopen");
+    assert_eq!(
+        version(reopened.clone()).await,
+        before,
+        "re-running migrations changed the schema"
+    );
+    // Positive control: the probe does see DDL.
+    sqlx::query("CREATE TABLE probe (x INTEGER)")
+        .execute(reopened.pool())
+        .await
+        .expect("ddl");
+    assert_ne!(version(reopened.clone()).await, before);
+}
+
+/// An event trigger on `ddl_command_start` counts every DDL statement from
+/// any session of the database; installed right after start-up, it must
+/// count zero after the first requests (and one after a positive control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_first_requests_issue_no_ddl() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let pg = PgStores::connect(db.url()).await.expect("connect");
+    for sql in [
+        "CREATE TABLE ddl_probe (tag TEXT)",
+        "CREATE FUNCTION ddl_probe_fn() RETURNS event_trigger LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO ddl_probe VALUES (tg_tag); END $$",
+        "CREATE EVENT TRIGGER ddl_probe_trg ON ddl_command_start EXECUTE FUNCTION ddl_probe_fn()",
+    ] {
+        sqlx::query(sql)
+            .execute(pg.pool())
+            .await
+            .expect("install probe");
+    }
+    let count = |pg: PgStores| async move {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM ddl_probe")
+            .fetch_one(pg.pool())
+            .await
+            .expect("count")
+    };
+    first_requests(&pg.clone().into_stores(), "a").await;
+    assert_eq!(count(pg.clone()).await, 0, "request paths issued DDL");
+    // A second process starting up against the migrated database: its
+    // `migrate()` may run sqlx's `CREATE TABLE IF NOT EXISTS
+    // _sqlx_migrations` (a no-op, but still a DDL command) at start-up;
+    // its requests afterwards must issue none.
+    let second = PgStores::connect(db.url()).await.expect("second connect");
+    let after_startup = count(pg.clone()).await;
+    first_requests(&second.clone().into_stores(), "b").await;
+    assert_eq!(
+        count(pg.clone()).await,
+        after_startup,
+        "request paths of the second process issued DDL"
+    );
+    sqlx::query("CREATE TABLE positive_control (x INT)")
+        .execute(pg.pool())
+        .await
+        .expect("ddl");
+    assert_eq!(
+        count(pg.clone()).await,
+        after_startup + 1,
+        "probe must see DDL"
+    );
+    second.close().await;
+    pg.close().await;
+}
+
+/// Two bundles on one database stand for two server processes: each has
+/// its own in-process lock map, so only the advisory lock can serialize them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_thread_lock_spans_processes() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let p1 = PgStores::connect(db.url()).await.expect("connect 1");
+    let p2 = PgStores::connect(db.url()).await.expect("connect 2");
+    let (s1, s2) = (p1.clone().into_stores(), p2.clone().into_stores());
+    assert!(s1.locks.is_cross_process());
+
+    let held = s1.lock_thread("shared").await.expect("lock");
+    assert!(held.is_cross_process());
+    let waiting =
+        tokio::time::timeout(StdDuration::from_millis(300), s2.lock_thread("shared")).await;
+    assert!(waiting.is_err(), "second process must wait for the thread");
+    let other =
+        tokio::time::timeout(StdDuration::from_secs(2), s2.lock_thread("other-thread")).await;
+    assert!(other.is_ok(), "other threads are independent");
+    drop(other);
+    held.release().await.expect("release");
+    let got = tokio::time::timeout(StdDuration::from_secs(2), s2.lock_thread("shared")).await;
+    assert!(
+        got.is_ok(),
+        "lock is free after release (the cancelled wait left nothing behind)"
+    );
+    // Dropping (not releasing) also frees it, via the spawned unlock.
+    drop(got);
+    let again = tokio::time::timeout(StdDuration::from_secs(2), s1.lock_thread("shared")).await;
+    assert!(again.is_ok(), "lock is free after drop");
+    drop(again);
+
+    let sweeper = s1
+        .locks
+        .try_lock_global(SWEEPER_LOCK)
+        .await
+        .expect("try")
+        .expect("free");
+    assert!(
+        s2.locks
+            .try_lock_global(SWEEPER_LOCK)
+            .await
+            .expect("try")
+            .is_none(),
+        "one sweeper across processes"
+    );
+    sweeper.release().await.expect("release");
+    let sweeper2 = s2.locks.try_lock_global(SWEEPER_LOCK).await.expect("try");
+    assert!(sweeper2.is_some());
+    drop(sweeper2);
+
+    // Interleaved turns from both "processes" on one thread lose nothing.
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let s = if i % 2 == 0 { s1.clone() } else { s2.clone() };
+        tasks.push(tokio::spawn(async move {
+            let guard = s.lock_thread("shared").await.expect("lock");
+            let state = s
+                .threads
+                .load("shared", 2)
+                .await
+                .expect("load")
+                .map_or_else(
+                    || ThreadState::new("shared", Channel::Web),
+                    |snap| snap.state,
+                );
+            s.threads
+                .commit_turn(turn(&state, "u", "a", t0()))
+                .await
+                .expect("commit");
+            guard.release().await.expect("release");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let snap = s1
+        .threads
+        .load("shared", 1)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!((snap.state.turn_count, snap.state.message_count), (6, 12));
+    p1.close().await;
+    p2.close().await;
+}
+
+/// Incognito accepts only `EphemeralStores`, which is in-memory by
+/// construction.
+#[tokio::test]
+async fn ephemeral_stores_are_in_memory() {
+    fn incognito_runtime(stores: &opencouch_store::EphemeralStores) -> bool {
+        stores.is_durable()
+    }
+    let e = opencouch_store::EphemeralStores::new();
+    assert!(!incognito_runtime(&e));
+    e.threads
+        .commit_turn(turn(&ThreadState::new("i", Channel::Web), "a", "b", t0()))
+        .await
+        .expect("commit");
+    // A second bundle shares nothing: nothing outlives the value.
+    let other = opencouch_store::EphemeralStores::new();
+    assert!(other.threads.load("i", 1).await.expect("load").is_none());
+    let _keep: Arc<dyn opencouch_store::ThreadStore> = e.stores().threads.clone();
+}

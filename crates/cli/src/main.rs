@@ -1,0 +1,133 @@
+//! `opencouch`: the command-line entry point.
+//!
+//! Every subcommand loads the same typed [`Settings`] (defaults → TOML file
+//! → `OPENCOUCH_*` env → `OPENAI_*` env → flags) and then calls into the
+//! library crates; this file is only argument parsing and glue.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod admin;
+mod chat;
+use opencouch_config::{Overrides, Settings};
+use opencouch_core::{MemoryMode, RuntimeMode};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "opencouch",
+    version,
+    about = "OpenCouch: a careful, warm support companion (not a therapist, not for emergencies)",
+    long_about = "OpenCouch is a mental-health support companion. It is not a therapist and not an \
+emergency service: if you are in danger, call your local emergency number.\n\n\
+Every message passes a crisis gate first. Without a configured model it runs fully offline \
+in deterministic mode."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags shared by every subcommand.
+#[derive(Args, Debug, Clone, Default)]
+struct GlobalArgs {
+    /// TOML config file (default: $XDG_CONFIG_HOME/opencouch/config.toml if present)
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// deterministic | hybrid | auto
+    #[arg(long, global = true, value_name = "MODE")]
+    mode: Option<RuntimeMode>,
+    /// Directory for the embedded SQLite database
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// PostgreSQL URL (postgres://…) instead of the embedded SQLite file
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Talk to OpenCouch in the terminal (reads one message per line when piped)
+    Chat(chat::ChatArgs),
+    /// Print the effective settings (secrets masked) and where they came from
+    Config,
+    /// Inspect stored conversation threads
+    #[command(subcommand)]
+    Threads(admin::ThreadsCmd),
+    /// Database maintenance
+    #[command(subcommand)]
+    Db(admin::DbCmd),
+    /// The always-on crisis audit log (counts only, never message text)
+    #[command(name = "crisis-log", subcommand)]
+    CrisisLog(admin::CrisisLogCmd),
+    /// List the guided exercises
+    Exercises(admin::ExercisesArgs),
+}
+
+fn load_settings(g: &GlobalArgs, memory_mode: Option<MemoryMode>, listen: Option<String>) -> anyhow::Result<Settings> {
+    let overrides = Overrides {
+        mode: g.mode,
+        memory_mode,
+        data_dir: g.data_dir.clone(),
+        database_url: g.database_url.clone(),
+        listen,
+    };
+    let loaded = Settings::load(g.config.as_deref(), &overrides)?;
+    Ok(loaded.settings)
+}
+
+fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
+    let overrides = Overrides { mode: g.mode, data_dir: g.data_dir.clone(), database_url: g.database_url.clone(), ..Default::default() };
+    let loaded = Settings::load(g.config.as_deref(), &overrides)?;
+    let file = loaded.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into());
+    println!("config file: {file}");
+    let rows = loaded.settings.display_rows();
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<width$}  {v}");
+    }
+    Ok(())
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("OPENCOUCH_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Config => cmd_config(&cli.global),
+        Command::Chat(args) => {
+            let settings = load_settings(&cli.global, None, None)?;
+            chat::run(&args, settings).await
+        }
+        Command::Threads(cmd) => admin::threads(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::Db(cmd) => admin::db(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::CrisisLog(cmd) => admin::crisis_log(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::Exercises(args) => admin::exercises(&args),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("opencouch: could not start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(dispatch(cli));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("opencouch: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Specialists as agent definitions, and our own bounded tool loop.
+//!
+//! A specialist is data: instructions (composed per turn from prompt
+//! sources), a fixed tool list, a model tier. [`run_tool_loop`] drives the
+//! model for at most [`MAX_TOOL_ROUNDS`] rounds, executes the tools the
+//! model asks for (only those attached), feeds results back, and records
+//! every call. The loop never decides routing: the runtime does.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use opencouch_core::ModelTier;
+use opencouch_llm::{ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec};
+use serde_json::{Value, json};
+
+use crate::tools::ToolContext;
+
+/// Maximum model rounds that may request tools before a final text reply is
+/// forced.
+pub const MAX_TOOL_ROUNDS: usize = 3;
+
+/// Error of a tool call; becomes a JSON error result for the model.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("refused: {0}")]
+    Refused(&'static str),
+    #[error("tool failed: {0}")]
+    Failed(String),
+}
+
+impl ToolError {
+    /// The JSON the model sees.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ToolError::InvalidArguments(m) => json!({"ok": false, "error": "invalid_arguments", "detail": m}),
+            ToolError::Refused(code) => json!({"ok": false, "error": code}),
+            ToolError::Failed(m) => json!({"ok": false, "error": "tool_failed", "detail": m}),
+        }
+    }
+}
+
+/// A tool: a service callable from text turns and voice alike.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The function schema offered to the model.
+    fn spec(&self) -> ToolSpec;
+    /// Runs the tool. `ctx` carries owner, memory mode and turn effects.
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+}
+
+/// One executed tool call, for diagnostics (never arguments or results).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRecord {
+    pub name: String,
+    pub ok: bool,
+}
+
+/// What a tool loop produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopOutcome {
+    pub text: String,
+    pub calls: Vec<ToolCallRecord>,
+    pub rounds: usize,
+}
+
+impl LoopOutcome {
+    pub fn called(&self, name: &str) -> bool {
+        self.calls.iter().any(|c| c.name == name && c.ok)
+    }
+}
+
+/// The tools attached to one specialist, by name.
+#[derive(Clone, Default)]
+pub struct Toolbox {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl Toolbox {
+    pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        Toolbox { tools: tools.into_iter().map(|t| (t.spec().name, t)).collect() }
+    }
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.values().map(|t| t.spec()).collect()
+    }
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+    pub fn without(&self, name: &str) -> Toolbox {
+        let mut tools = self.tools.clone();
+        tools.remove(name);
+        Toolbox { tools }
+    }
+
+    /// Executes one call; unknown tools and bad JSON become error results.
+    pub async fn execute(&self, ctx: &ToolContext, call: &ToolCall) -> (Value, bool) {
+        let Some(tool) = self.tools.get(&call.name) else {
+            return (json!({"ok": false, "error": "unknown_tool"}), false);
+        };
+        let args = match call.arguments_json() {
+            Ok(v) => v,
+            Err(_) => return (ToolError::InvalidArguments("arguments are not valid JSON".into()).to_json(), false),
+        };
+        match tool.call(ctx, args).await {
+            Ok(v) => (v, true),
+            Err(e) => (e.to_json(), false),
+        }
+    }
+}
+
+/// Runs the model with `toolbox` for at most [`MAX_TOOL_ROUNDS`] tool rounds.
+pub async fn run_tool_loop(
+    model: &dyn ChatModel,
+    tier: ModelTier,
+    mut messages: Vec<ChatMessage>,
+    toolbox: &Toolbox,
+    ctx: &ToolContext,
+) -> Result<LoopOutcome, LlmError> {
+    let mut calls = Vec::new();
+    for round in 0..=MAX_TOOL_ROUNDS {
+        let mut req = ChatRequest::new(tier, messages.clone());
+        if !toolbox.is_empty() {
+            req = req.with_tools(toolbox.specs());
+            // The last round must answer in text.
+            req = req.with_tool_choice(if round == MAX_TOOL_ROUNDS { ToolChoice::None } else { ToolChoice::Auto });
+        }
+        let resp = model.complete(req).await?;
+        if !resp.has_tool_calls() || round == MAX_TOOL_ROUNDS {
+            return Ok(LoopOutcome { text: resp.text.unwrap_or_default(), calls, rounds: round + 1 });
+        }
+        messages.push(resp.to_assistant_message());
+        for call in &resp.tool_calls {
+            let (result, ok) = toolbox.execute(ctx, call).await;
+            tracing::debug!(tool = %call.name, ok, "tool call");
+            calls.push(ToolCallRecord { name: call.name.clone(), ok });
+            messages.push(ChatMessage::tool(call.id.clone(), result.to_string()));
+        }
+    }
+    // Unreachable in practice: the final round returns above.
+    Ok(LoopOutcome { text: String::new(), calls, rounds: MAX_TOOL_ROUNDS + 1 })
+}

@@ -1,0 +1,437 @@
+//! The guided-exercise turn. The app owns the protocol (which exercise,
+//! which step, what counts as done); a model only words the step and may
+//! *report* progress through `record_guided_exercise_progress`, which the
+//! runtime validates against the active state before applying.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use opencouch_core::exercise::{ExerciseState, StepOutcome, Transition, TransitionKind};
+use opencouch_core::state::{ExerciseUpdate, FlowAction};
+use opencouch_core::{Approach, Diagnostics, ModelTier, ResponseStyle};
+use opencouch_exercises::{Catalog, Exercise, RenderMode};
+use opencouch_llm::ToolSpec;
+use opencouch_prompts::Specialist;
+use serde_json::{Value, json};
+
+use crate::agent::{Tool, ToolError, Toolbox, run_tool_loop};
+use crate::runtime::Runtime;
+use crate::specialists::{SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context};
+use crate::tools::{ToolContext, str_arg};
+
+pub const LIST_TOOL: &str = "list_guided_exercise_skills";
+pub const LOAD_TOOL: &str = "load_guided_exercise_skill";
+pub const RECORD_TOOL: &str = "record_guided_exercise_progress";
+
+/// A progress report from the model that the runtime accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressRequest {
+    pub outcome: StepOutcome,
+    pub transition: Transition,
+}
+
+/// One line describing the active exercise for prompts.
+pub fn context_line(ex: &ExerciseState) -> String {
+    let total = Catalog::builtin().get(&ex.exercise_type).map(|e| e.steps.len()).unwrap_or(0);
+    format!(
+        "Active guided exercise: {} (step {} of {}, step id {}, approach {}).",
+        ex.exercise_type,
+        ex.exercise_step + 1,
+        total,
+        ex.exercise_step_id,
+        ex.exercise_therapeutic_approach
+    )
+}
+
+/// `list_guided_exercise_skills`: metadata only, filtered by channel and
+/// approach.
+pub struct ListExercises;
+
+#[async_trait]
+impl Tool for ListExercises {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            LIST_TOOL,
+            "List the guided exercises available on this channel (metadata only). Use it to offer an exercise; \
+             never start one without the person's explicit yes.",
+            json!({
+                "type": "object",
+                "properties": {"approach": {"type": ["string", "null"], "description": "Optional approach filter."}},
+                "required": ["approach"],
+                "additionalProperties": false
+            }),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let approach = match str_arg(&args, "approach") {
+            Some(a) => Some(a.parse::<Approach>().map_err(|e| ToolError::InvalidArguments(e.to_string()))?),
+            None => None,
+        };
+        let list: Vec<Value> = Catalog::builtin()
+            .list(ctx.channel, approach)
+            .into_iter()
+            .map(|e| serde_json::to_value(e.summary()).unwrap_or(Value::Null))
+            .collect();
+        Ok(json!({"ok": true, "exercises": list}))
+    }
+}
+
+/// `load_guided_exercise_skill`: the runtime-selected step block.
+pub struct LoadExerciseSkill {
+    pub block: String,
+}
+
+#[async_trait]
+impl Tool for LoadExerciseSkill {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            LOAD_TOOL,
+            "Load the guidance block for the current step of the active exercise (chosen by the app).",
+            json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
+        )
+    }
+
+    async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
+        Ok(json!({"ok": true, "skill": self.block}))
+    }
+}
+
+/// `record_guided_exercise_progress`: validated against the active state;
+/// a report for another exercise or step is refused with no effect.
+pub struct RecordProgress {
+    pub state: ExerciseState,
+}
+
+#[async_trait]
+impl Tool for RecordProgress {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            RECORD_TOOL,
+            "Record how the person's latest reply changes the active exercise step. Prefer hold when unsure.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "outcome": {"type": "string", "enum": ["complete", "partial", "hold", "stuck", "exit", "unsafe"]},
+                    "expected_skill_id": {"type": "string"},
+                    "expected_step_id": {"type": "string"}
+                },
+                "required": ["outcome", "expected_skill_id", "expected_step_id"],
+                "additionalProperties": false
+            }),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let outcome: StepOutcome = str_arg(&args, "outcome")
+            .ok_or_else(|| ToolError::InvalidArguments("outcome is required".into()))?
+            .parse()
+            .map_err(|e: opencouch_core::UnknownValue| ToolError::InvalidArguments(e.to_string()))?;
+        let outcome = if outcome.is_voice_only() && ctx.channel != opencouch_core::Channel::Voice {
+            StepOutcome::Hold
+        } else {
+            outcome
+        };
+        let skill = str_arg(&args, "expected_skill_id").unwrap_or_default();
+        let step = str_arg(&args, "expected_step_id").unwrap_or_default();
+        let Some(exercise) = Catalog::builtin().get(&self.state.exercise_type) else {
+            return Err(ToolError::Refused("no_active_exercise"));
+        };
+        if skill != self.state.exercise_type {
+            return Err(ToolError::Refused("exercise_mismatch"));
+        }
+        let transition =
+            exercise.transition(&self.state, outcome, step).map_err(|_| ToolError::Refused("step_mismatch"))?;
+        let kind = transition_kind(&transition);
+        ctx.with_effects(|e| e.exercise_progress = Some(ProgressRequest { outcome, transition }));
+        Ok(json!({"ok": true, "action": kind.as_str()}))
+    }
+}
+
+pub fn transition_kind(t: &Transition) -> TransitionKind {
+    match t {
+        Transition::Advance(_) => TransitionKind::Advance,
+        Transition::Completed => TransitionKind::Complete,
+        Transition::Hold(_) => TransitionKind::Hold,
+        Transition::Simplify(_) => TransitionKind::Simplify,
+        Transition::Cancel => TransitionKind::Cancel,
+        Transition::Crisis => TransitionKind::Crisis,
+    }
+}
+
+fn outcome(text: String, exercise: ExerciseUpdate, approach: Approach, diag: Diagnostics) -> SpecialistOutcome {
+    SpecialistOutcome {
+        text,
+        style: ResponseStyle::GuidedExercise,
+        approach: Some(approach),
+        exercise,
+        diagnostics: diag,
+        ..Default::default()
+    }
+}
+
+/// Runs the guided-exercise turn (start, continue, resume or stop).
+pub(crate) async fn run(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+    let mut diag = Diagnostics::new();
+    let catalog = Catalog::builtin();
+    match &si.state.exercise_state {
+        None => start(rt, si, catalog, diag).await,
+        Some(state) => {
+            let Some(exercise) = catalog.get(&state.exercise_type) else {
+                // A stored exercise the catalog no longer has: clear it.
+                diag.set("exercise_state_invalid", true);
+                return outcome(
+                    opencouch_exercises::render_cancel(),
+                    ExerciseUpdate::Clear,
+                    state.exercise_therapeutic_approach,
+                    diag,
+                );
+            };
+            let approach = state.exercise_therapeutic_approach;
+            match si.plan.flow_action {
+                FlowAction::Clear => outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag),
+                FlowAction::Resume => {
+                    let idx = state.exercise_step as usize;
+                    let text = opencouch_exercises::render_resume(exercise, idx)
+                        .unwrap_or_else(opencouch_exercises::render_cancel);
+                    outcome(text, ExerciseUpdate::Keep, approach, diag)
+                }
+                _ => continue_step(rt, si, exercise, state, diag).await,
+            }
+        }
+    }
+}
+
+async fn start(rt: &Runtime, si: &SpecialistInput<'_>, catalog: &Catalog, mut diag: Diagnostics) -> SpecialistOutcome {
+    let requested = si.triage.and_then(|t| t.exercise_type.as_deref()).and_then(|id| catalog.get(id));
+    let Some(exercise) = requested else {
+        // No valid exercise named: offer instead of starting anything.
+        diag.set("exercise_start_rejected", "unknown_exercise");
+        let mut out = crate::specialists::deterministic_therapeutic(si, ResponseStyle::Supportive, Approach::None);
+        out.diagnostics.merge(diag);
+        return out;
+    };
+    if let Some(basis) = si.triage.map(|t| t.exercise_start_basis) {
+        diag.set("openai_guided_exercise_selection_basis", basis.as_str());
+    }
+    let state = exercise.start(None);
+    let approach = state.exercise_therapeutic_approach;
+    diag.set("exercise_started", exercise.id.as_str());
+    let deterministic = opencouch_exercises::render_start(exercise);
+    let text = match &rt.inner.model {
+        None => deterministic,
+        Some(_) => word_with_model(rt, si, exercise, &state, TransitionKind::Advance, &mut diag, None)
+            .await
+            .unwrap_or(deterministic),
+    };
+    outcome(text, ExerciseUpdate::Set(state), approach, diag)
+}
+
+/// The person's replies to the current step so far (kept in progress).
+fn step_replies(si: &SpecialistInput<'_>, state: &ExerciseState) -> Vec<String> {
+    let key = format!("{}#{}", state.exercise_type, state.exercise_step_id);
+    si.state
+        .session_progress
+        .extra
+        .get("exercise_step_replies")
+        .and_then(|v| v.get(&key))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+async fn continue_step(
+    rt: &Runtime,
+    si: &SpecialistInput<'_>,
+    exercise: &Exercise,
+    state: &ExerciseState,
+    mut diag: Diagnostics,
+) -> SpecialistOutcome {
+    let approach = state.exercise_therapeutic_approach;
+    let idx = state.exercise_step as usize;
+    let Some(step) = exercise.step(idx) else {
+        diag.set("exercise_state_invalid", true);
+        return outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag);
+    };
+    let earlier = step_replies(si, state);
+    let earlier_refs: Vec<&str> = earlier.iter().map(String::as_str).collect();
+    let reply = si.input.message.as_str();
+
+    // Model path: the model may record progress (validated), and words it.
+    let mut recorded: Option<ProgressRequest> = None;
+    let mut model_text: Option<String> = None;
+    if rt.inner.model.is_some() {
+        let (text, progress) = model_turn(rt, si, exercise, state, &mut diag).await;
+        model_text = text;
+        recorded = progress;
+    }
+    let (step_outcome, transition) = match recorded {
+        Some(p) => {
+            diag.set("exercise_progress_source", "model_tool");
+            (p.outcome, p.transition)
+        }
+        None => {
+            let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
+            let outcome_now = if rt.inner.model.is_some() && !assessment.confident {
+                classify_with_model(rt, exercise, step, reply, &mut diag).await.unwrap_or(assessment.outcome)
+            } else {
+                assessment.outcome
+            };
+            diag.set("exercise_progress_source", if rt.inner.model.is_some() { "runtime_fallback" } else { "deterministic" });
+            match exercise.transition(state, outcome_now, &step.id) {
+                Ok(t) => (outcome_now, t),
+                Err(e) => {
+                    tracing::warn!(error = %e, "exercise state invalid; clearing it");
+                    diag.set("exercise_state_invalid", true);
+                    return outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag);
+                }
+            }
+        }
+    };
+    diag.set("exercise_step_outcome", step_outcome.as_str());
+    diag.set("exercise_transition", transition_kind(&transition).as_str());
+
+    // Remember this step's replies (items can be named over several turns).
+    let key = format!("{}#{}", state.exercise_type, state.exercise_step_id);
+    let mut replies = earlier.clone();
+    replies.push(reply.to_owned());
+    let step_replies_value = match &transition {
+        Transition::Hold(_) | Transition::Simplify(_) => json!({ key: replies }),
+        _ => json!({}),
+    };
+
+    let deterministic = {
+        let refs: Vec<&str> = replies.iter().map(String::as_str).collect();
+        opencouch_exercises::render_transition(exercise, state, &transition, &refs)
+    };
+    let mut out = match transition {
+        Transition::Crisis => {
+            // The step classifier saw a safety concern the gate did not
+            // score as a crisis: stop the exercise and ask directly.
+            diag.set("exercise_unsafe", true);
+            let text = opencouch_safety::safety_question(si.history);
+            let mut o = outcome(text, ExerciseUpdate::Clear, approach, diag);
+            o.style = ResponseStyle::Clarifying;
+            o
+        }
+        Transition::Completed => {
+            let text = model_text.unwrap_or_else(|| deterministic.unwrap_or_default());
+            let mut o = outcome(text, ExerciseUpdate::Clear, approach, diag);
+            o.completed_exercise = Some(exercise.id.clone());
+            o
+        }
+        Transition::Cancel => outcome(
+            model_text.unwrap_or_else(|| deterministic.unwrap_or_else(opencouch_exercises::render_cancel)),
+            ExerciseUpdate::Clear,
+            approach,
+            diag,
+        ),
+        Transition::Advance(next) => {
+            let text = model_text.unwrap_or_else(|| deterministic.unwrap_or_default());
+            outcome(text, ExerciseUpdate::Set(next), approach, diag)
+        }
+        Transition::Hold(same) | Transition::Simplify(same) => {
+            let text = model_text.unwrap_or_else(|| deterministic.unwrap_or_default());
+            outcome(text, ExerciseUpdate::Set(same), approach, diag)
+        }
+    };
+    out.progress_extra.insert("exercise_step_replies".into(), step_replies_value);
+    out
+}
+
+async fn classify_with_model(
+    rt: &Runtime,
+    exercise: &Exercise,
+    step: &opencouch_exercises::Step,
+    reply: &str,
+    diag: &mut Diagnostics,
+) -> Option<StepOutcome> {
+    let model = rt.inner.model.as_ref()?;
+    let (system, user) = opencouch_exercises::step_classifier_prompt(exercise, step, reply);
+    let call = opencouch_llm::structured::<opencouch_exercises::StepClassification, _>(
+        model.as_ref(),
+        ModelTier::Control,
+        &system,
+        &user,
+    );
+    match tokio::time::timeout(rt.inner.opts.model_timeout, call).await {
+        Ok(Ok(c)) => Some(c.step_outcome()),
+        Ok(Err(e)) => {
+            diag.set("exercise_classifier_fallback_reason", e.kind());
+            None
+        }
+        Err(_) => {
+            diag.set("exercise_classifier_fallback_reason", "timeout");
+            None
+        }
+    }
+}
+
+/// The model words the current step and may record progress. Returns its
+/// text (if usable) and the accepted progress report (if any).
+async fn model_turn(
+    rt: &Runtime,
+    si: &SpecialistInput<'_>,
+    exercise: &Exercise,
+    state: &ExerciseState,
+    diag: &mut Diagnostics,
+) -> (Option<String>, Option<ProgressRequest>) {
+    let Some(model) = rt.inner.model.clone() else { return (None, None) };
+    let idx = state.exercise_step as usize;
+    let block = opencouch_exercises::render_skill_block(exercise, idx, TransitionKind::Hold, state.exercise_therapeutic_approach)
+        .unwrap_or_default();
+    let mut spec = instruction_spec(Specialist::GuidedExercise, si);
+    spec.approach = Some(state.exercise_therapeutic_approach);
+    spec.exercise_context = Some(format!("{} expected_skill_id={} expected_step_id={}", context_line(state), state.exercise_type, state.exercise_step_id));
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadExerciseSkill { block }), Arc::new(RecordProgress { state: state.clone() })];
+    let ctx = tool_context(rt, si);
+    match run_tool_loop(model.as_ref(), si.input.response_model_tier, messages_for(&spec), &Toolbox::new(tools), &ctx).await {
+        Ok(o) => {
+            let names: Vec<Value> = o.calls.iter().map(|c| Value::from(c.name.clone())).collect();
+            diag.set("openai_guided_exercise_tool_calls", Value::Array(names));
+            let progress = ctx.with_effects(|e| e.exercise_progress.take()).flatten();
+            let refused = o.calls.iter().any(|c| c.name == RECORD_TOOL && !c.ok);
+            if refused {
+                diag.set("exercise_progress_refused", true);
+            }
+            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            // Text written before a valid report describes the old step; only
+            // use it when the model's report was accepted.
+            let text = if progress.is_some() && !text.trim().is_empty() { Some(text) } else { None };
+            (text, progress)
+        }
+        Err(e) => {
+            diag.set("openai_sdk_fallback_reason", e.kind());
+            (None, None)
+        }
+    }
+}
+
+/// Words a just-started exercise's first step with the model.
+async fn word_with_model(
+    rt: &Runtime,
+    si: &SpecialistInput<'_>,
+    exercise: &Exercise,
+    state: &ExerciseState,
+    action: TransitionKind,
+    diag: &mut Diagnostics,
+    _mode: Option<RenderMode>,
+) -> Option<String> {
+    let model = rt.inner.model.clone()?;
+    let block = opencouch_exercises::render_skill_block(exercise, state.exercise_step as usize, action, state.exercise_therapeutic_approach)?;
+    let mut spec = instruction_spec(Specialist::GuidedExercise, si);
+    spec.approach = Some(state.exercise_therapeutic_approach);
+    spec.exercise_context = Some(format!("{}\nThe exercise is starting now; the person agreed to it.", context_line(state)));
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadExerciseSkill { block })];
+    let ctx = tool_context(rt, si);
+    match run_tool_loop(model.as_ref(), si.input.response_model_tier, messages_for(&spec), &Toolbox::new(tools), &ctx).await {
+        Ok(o) => {
+            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            if text.trim().is_empty() { None } else { Some(text) }
+        }
+        Err(e) => {
+            diag.set("openai_sdk_fallback_reason", e.kind());
+            None
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The runtime's seam to the memory layer: a store adapter, per-turn
+//! retrieval, the write policy's session buffer, session-end promotion and
+//! the memory-control turn.
+//!
+//! **Invariant:** in incognito nothing here writes durable memory: the
+//! incognito runtime only has in-memory stores, and every write function
+//! returns early for [`MemoryMode::Incognito`] as well.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use opencouch_config::Settings;
+use opencouch_core::{AgentInput, CrisisLevel, Diagnostics, MemoryMode};
+use opencouch_memory::backend::{BackendError, MemoryBackend as Backend, MemoryRecord as MemRecord, StoredEmbedding};
+use opencouch_memory::policy::{ExtractionGate, SessionMemoryBuffer};
+use opencouch_memory::{Embedder, RetrievalRequest, SessionArc};
+use opencouch_store::{ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore};
+
+use crate::plan::RoutePlan;
+use crate::runtime::Runtime;
+use crate::specialists::SpecialistOutcome;
+
+/// A shared embedding provider.
+pub type EmbedderHandle = Arc<dyn Embedder>;
+
+/// Adapts the store crate's [`MemoryStore`] to the memory layer's backend
+/// trait (the two record types differ only in naming).
+pub struct StoreBackend {
+    store: Arc<dyn MemoryStore>,
+}
+
+impl StoreBackend {
+    pub fn new(store: Arc<dyn MemoryStore>) -> Self {
+        StoreBackend { store }
+    }
+}
+
+fn kind_to_store(k: opencouch_memory::MemoryKind) -> StoreKind {
+    match k {
+        opencouch_memory::MemoryKind::Semantic => StoreKind::Semantic,
+        opencouch_memory::MemoryKind::Episodic => StoreKind::Episodic,
+        opencouch_memory::MemoryKind::Procedural => StoreKind::Procedural,
+    }
+}
+
+fn kind_from_store(k: StoreKind) -> opencouch_memory::MemoryKind {
+    match k {
+        StoreKind::Semantic => opencouch_memory::MemoryKind::Semantic,
+        StoreKind::Episodic => opencouch_memory::MemoryKind::Episodic,
+        StoreKind::Procedural => opencouch_memory::MemoryKind::Procedural,
+    }
+}
+
+fn to_store(r: MemRecord) -> StoreRecord {
+    StoreRecord {
+        id: r.id,
+        owner_id: r.owner_id,
+        kind: kind_to_store(r.kind),
+        category: r.category,
+        value: r.value,
+        created_at: r.created_at,
+        last_referenced_at: Some(r.updated_at),
+        dormant_at: None,
+        user_visible: r.user_visible,
+        embedding: r.embedding.map(|e| Embedding { model: e.model, values: e.vector }),
+    }
+}
+
+fn from_store(r: StoreRecord) -> MemRecord {
+    MemRecord {
+        id: r.id,
+        owner_id: r.owner_id,
+        kind: kind_from_store(r.kind),
+        category: r.category,
+        value: r.value,
+        created_at: r.created_at,
+        updated_at: r.last_referenced_at.unwrap_or(r.created_at),
+        user_visible: r.user_visible,
+        embedding: r.embedding.map(|e| StoredEmbedding { dim: e.values.len(), vector: e.values, model: e.model }),
+    }
+}
+
+fn store_err(e: opencouch_store::StoreError) -> BackendError {
+    BackendError::Unavailable(e.to_string())
+}
+
+#[async_trait]
+impl Backend for StoreBackend {
+    async fn list(&self, owner_id: &str, kind: opencouch_memory::MemoryKind) -> Result<Vec<MemRecord>, BackendError> {
+        let rows = self.store.list(owner_id, kind_to_store(kind)).await.map_err(store_err)?;
+        Ok(rows.into_iter().map(from_store).collect())
+    }
+    async fn put(&self, record: MemRecord) -> Result<(), BackendError> {
+        self.store.put(&to_store(record)).await.map_err(store_err)
+    }
+    async fn update(&self, record: MemRecord) -> Result<bool, BackendError> {
+        self.store.update(&to_store(record)).await.map_err(store_err)
+    }
+    async fn delete(&self, owner_id: &str, kind: opencouch_memory::MemoryKind, id: &str) -> Result<bool, BackendError> {
+        self.store.delete(owner_id, kind_to_store(kind), id).await.map_err(store_err)
+    }
+}
+
+pub(crate) fn backend(rt: &Runtime) -> StoreBackend {
+    StoreBackend::new(rt.inner.stores.memory.clone())
+}
+
+/// What retrieval gave a turn.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedMemory {
+    /// Remembered context lines (facts and arcs), formatted for the prompt.
+    pub lines: Vec<String>,
+    /// Procedural rules (always applied).
+    pub rules: Vec<String>,
+    pub proactive_recall: bool,
+    pub diagnostics: Diagnostics,
+}
+
+/// Per-turn retrieval. Incognito and store failures give empty memory
+/// (the turn goes on); diagnostics say which.
+pub(crate) async fn load_for_turn(rt: &Runtime, input: &AgentInput, query: &str, first_turn: bool) -> LoadedMemory {
+    let mut out = LoadedMemory::default();
+    if rt.memory_mode() == MemoryMode::Incognito {
+        out.diagnostics.set("retrieval_path", "skipped_incognito");
+        return out;
+    }
+    let backend = backend(rt);
+    let embedder = rt.inner.embedder.as_deref();
+    let req = RetrievalRequest { owner_id: input.owner_id(), query, first_turn_of_session: first_turn, now: Utc::now() };
+    match opencouch_memory::retrieve(&backend, embedder, &req).await {
+        Ok(tm) => {
+            out.lines = tm.working_memory.iter().map(prompt_line).collect();
+            out.rules = tm.procedural_rules;
+            out.proactive_recall = tm.proactive_recall_enabled;
+            out.diagnostics = tm.diagnostics;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "memory retrieval failed; continuing without memory");
+            out.diagnostics.set("retrieval_path", "store_error");
+        }
+    }
+    out
+}
+
+/// One remembered item as a prompt line (the prompt composer quotes it as
+/// data).
+fn prompt_line(e: &opencouch_memory::WorkingMemoryEntry) -> String {
+    let kind = match e.kind {
+        opencouch_memory::MemoryKind::Semantic => "fact",
+        opencouch_memory::MemoryKind::Episodic if e.is_catch_up => "last session",
+        opencouch_memory::MemoryKind::Episodic => "past session",
+        opencouch_memory::MemoryKind::Procedural => "preference",
+    };
+    format!("({kind}) {}", e.text)
+}
+
+/// Stores a session arc (with its embedding when a provider exists).
+pub(crate) async fn store_arc(rt: &Runtime, owner: &str, arc: &SessionArc) -> Result<(), BackendError> {
+    if rt.memory_mode() == MemoryMode::Incognito {
+        return Ok(());
+    }
+    let embedding = match rt.inner.embedder.as_deref() {
+        Some(e) => opencouch_memory::retrieval::embed_for_storage(e, std::slice::from_ref(&arc.summary))
+            .await
+            .ok()
+            .and_then(|mut v| v.pop()),
+        None => None,
+    };
+    backend(rt).put(MemRecord::from_arc(owner, arc, embedding)).await
+}
+
+/// The write policy after a turn: extraction is skipped on crisis,
+/// incognito, memory-control, grounded-lookup and small-talk turns;
+/// otherwise candidates are held in the session buffer (persisted with the
+/// active-session row in the turn's commit). Returns diagnostics.
+pub(crate) fn after_turn(
+    rt: &Runtime,
+    input: &AgentInput,
+    plan: &RoutePlan,
+    level: CrisisLevel,
+    outcome: &SpecialistOutcome,
+    active: &mut ActiveSession,
+    turn_index: u64,
+) -> Diagnostics {
+    let mut diag = Diagnostics::new();
+    let mut buffer: SessionMemoryBuffer = serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
+    if let Some(a) = outcome.approach
+        && a != opencouch_core::Approach::None
+    {
+        buffer.count_approach(a);
+    }
+    if outcome.privacy_request {
+        buffer.clear_for_privacy();
+        diag.set("memory_buffer_cleared", true);
+    }
+    let gate = ExtractionGate {
+        crisis_level: level.get(),
+        memory_mode: rt.memory_mode(),
+        route: Some(plan.kind.route()),
+        message: &input.message,
+    };
+    match opencouch_memory::policy::extraction_skip_reason(&gate) {
+        Some(reason) => {
+            diag.set("memory_extraction", format!("skipped_{}", skip_name(reason)));
+        }
+        None => {
+            let mut held = 0u64;
+            for c in opencouch_memory::policy::extract_candidates(&input.message, turn_index) {
+                if matches!(buffer.admit(c), opencouch_memory::policy::Admission::Held { .. }) {
+                    held += 1;
+                }
+            }
+            diag.set("memory_extraction", "deterministic");
+            diag.set("memory_candidates_held", held);
+        }
+    }
+    active.session_buffer = serde_json::to_value(&buffer).unwrap_or_default();
+    diag
+}
+
+fn skip_name(r: opencouch_memory::policy::SkipReason) -> &'static str {
+    use opencouch_memory::policy::SkipReason as S;
+    match r {
+        S::Crisis => "crisis",
+        S::Incognito => "incognito",
+        S::MemoryControl => "memory_control",
+        S::GroundedLookup => "grounded_lookup",
+        S::SmallTalk => "small_talk",
+    }
+}
+
+/// The embedding provider the settings describe: local MiniLM files when
+/// present, else an OpenAI-compatible embeddings model when configured,
+/// else none (token recall only).
+pub fn embedder_from_settings(settings: &Settings) -> Option<EmbedderHandle> {
+    crate::embeddings::from_settings(settings)
+}
+
+fn pending_from_state(v: Option<&serde_json::Value>) -> Option<opencouch_memory::control::PendingAction> {
+    v.and_then(|v| opencouch_memory::control::PendingAction::from_json(v).ok())
+}
+
+/// Whether the deterministic parser reads `message` as a memory command
+/// (confirm / cancel / option words count only while an action is pending).
+pub(crate) fn is_memory_command(message: &str, pending: Option<&serde_json::Value>) -> bool {
+    let pending = pending_from_state(pending);
+    opencouch_memory::control::parse_command(message, pending.as_ref()).is_some()
+}
+
+fn pending_update(change: &opencouch_memory::control::PendingChange) -> opencouch_core::state::PendingUpdate {
+    use opencouch_core::state::PendingUpdate;
+    use opencouch_memory::control::PendingChange;
+    match change {
+        PendingChange::Keep => PendingUpdate::Keep,
+        PendingChange::Set(p) => PendingUpdate::Set(p.to_json()),
+        PendingChange::Clear => PendingUpdate::Clear,
+    }
+}
+
+/// The memory-control service over this runtime's store.
+pub fn control_service(rt: &Runtime) -> opencouch_memory::control::MemoryControlService {
+    opencouch_memory::control::MemoryControlService::new(Arc::new(backend(rt)))
+}
+
+/// One memory tool (show, status, recall, save preference, recall toggle,
+/// prepare deletion, confirm, cancel), backed by the shared service. The
+/// intent gate and incognito rules are applied by the service's dispatcher.
+pub struct MemoryTool {
+    spec: opencouch_llm::ToolSpec,
+    rt: Runtime,
+    pending: Option<opencouch_memory::control::PendingAction>,
+}
+
+#[async_trait]
+impl crate::agent::Tool for MemoryTool {
+    fn spec(&self) -> opencouch_llm::ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(
+        &self,
+        ctx: &crate::tools::ToolContext,
+        args: serde_json::Value,
+    ) -> Result<serde_json::Value, crate::agent::ToolError> {
+        let service = control_service(&self.rt);
+        let tctx = opencouch_memory::control::ToolContext {
+            owner_id: Some(ctx.owner_id.as_str()),
+            memory_mode: ctx.memory_mode,
+            current_message: &ctx.message,
+            history: &ctx.history,
+            pending: self.pending.as_ref(),
+            now: Utc::now(),
+        };
+        let embedder = self.rt.inner.embedder.as_deref();
+        let result = opencouch_memory::control::dispatch_tool(&service, embedder, &self.spec.name, &args, &tctx).await;
+        let update = pending_update(&result.pending);
+        if !matches!(update, opencouch_core::state::PendingUpdate::Keep) {
+            ctx.with_effects(|e| e.pending_memory_action = update);
+        }
+        Ok(result.output)
+    }
+}
+
+/// The memory tools for the current mode (incognito: only the status tool).
+pub(crate) fn memory_tools(rt: &Runtime, pending: Option<&serde_json::Value>) -> Vec<Arc<dyn crate::agent::Tool>> {
+    let pending = pending_from_state(pending);
+    opencouch_memory::control::tool_specs(rt.memory_mode())
+        .iter()
+        .map(|v| {
+            Arc::new(MemoryTool { spec: crate::tools::spec_from_json(v), rt: rt.clone(), pending: pending.clone() })
+                as Arc<dyn crate::agent::Tool>
+        })
+        .collect()
+}
+
+const MEMORY_HELP: &str = "I can show what I remember (\"what do you remember about me?\"), tell you the memory \
+status, turn recall of past sessions on or off, save a preference (\"remember that I prefer short answers\"), or \
+forget something (\"forget fact 2\"). Deleting always asks you to confirm first.";
+
+/// The memory-control turn. The deterministic parser decides first (the
+/// app owns mutations); in hybrid mode a model with the memory tools handles
+/// what the parser does not understand, through the intent gate.
+pub(crate) async fn control_turn(rt: &Runtime, si: &crate::specialists::SpecialistInput<'_>) -> SpecialistOutcome {
+    use opencouch_core::ResponseStyle;
+    use opencouch_memory::control::ControlContext;
+    let mut diag = Diagnostics::new();
+    let stored = si.state.pending_memory_action.as_ref();
+    let pending = pending_from_state(stored);
+    let privacy_request = opencouch_memory::policy::is_memory_control_request(&si.input.message);
+    let service = control_service(rt);
+    let owner = si.input.owner_id().to_owned();
+    let ctx = ControlContext { owner_id: Some(&owner), memory_mode: rt.memory_mode(), now: Utc::now() };
+    let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref());
+    let finish = |text: String, update: opencouch_core::state::PendingUpdate, diag: Diagnostics| SpecialistOutcome {
+        text,
+        style: ResponseStyle::MemoryControl,
+        pending_memory_action: update,
+        diagnostics: diag,
+        privacy_request,
+        ..Default::default()
+    };
+    if let Some(action) = parsed {
+        diag.set("memory_control_path", "deterministic");
+        diag.set("memory_control_action", action_name(&action));
+        return match service.handle(&ctx, action, pending.as_ref()).await {
+            Ok(o) => finish(o.reply, pending_update(&o.pending), diag),
+            Err(e) => {
+                diag.set("memory_control_error", e.to_string());
+                let text = control_error_reply(&e);
+                finish(text, opencouch_core::state::PendingUpdate::Keep, diag)
+            }
+        };
+    }
+    let Some(model) = rt.inner.model.clone() else {
+        diag.set("memory_control_path", "help");
+        return finish(MEMORY_HELP.to_owned(), opencouch_core::state::PendingUpdate::Keep, diag);
+    };
+    diag.set("memory_control_path", "model_tools");
+    let spec = crate::specialists::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
+    let toolbox = crate::agent::Toolbox::new(memory_tools(rt, stored));
+    let tctx = crate::specialists::tool_context(rt, si);
+    match crate::agent::run_tool_loop(
+        model.as_ref(),
+        opencouch_core::ModelTier::Control,
+        crate::specialists::messages_for(&spec),
+        &toolbox,
+        &tctx,
+    )
+    .await
+    {
+        Ok(o) => {
+            let names: Vec<serde_json::Value> = o.calls.iter().map(|c| serde_json::Value::from(c.name.clone())).collect();
+            diag.set("memory_control_tool_calls", serde_json::Value::Array(names));
+            let update = tctx
+                .with_effects(|e| std::mem::take(&mut e.pending_memory_action))
+                .unwrap_or(opencouch_core::state::PendingUpdate::Keep);
+            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            let text = if text.trim().is_empty() { MEMORY_HELP.to_owned() } else { text };
+            finish(text, update, diag)
+        }
+        Err(e) => {
+            diag.set("openai_sdk_fallback_reason", e.kind());
+            finish(MEMORY_HELP.to_owned(), opencouch_core::state::PendingUpdate::Keep, diag)
+        }
+    }
+}
+
+fn action_name(a: &opencouch_memory::control::MemoryAction) -> &'static str {
+    use opencouch_memory::control::MemoryAction as A;
+    match a {
+        A::List => "list",
+        A::Status => "status",
+        A::SetRecall { .. } => "set_recall",
+        A::SavePreference { .. } => "save_preference",
+        A::ForgetByIndex { .. } => "forget_by_index",
+        A::ForgetByQuery { .. } => "forget_by_query",
+        A::ChooseOption { .. } => "choose_option",
+        A::ConfirmPending => "confirm_pending",
+        A::CancelPending => "cancel_pending",
+    }
+}
+
+fn control_error_reply(e: &opencouch_memory::control::ControlError) -> String {
+    use opencouch_memory::control::ControlError as E;
+    match e {
+        E::IndexOutOfRange { index, available, .. } => {
+            format!("I couldn't find number {index}: there are {available}. Say \"show my memory\" to see the numbers.")
+        }
+        E::BlankPreference => "What preference would you like me to remember?".to_owned(),
+        E::BlankQuery => "What would you like me to forget?".to_owned(),
+        E::OwnerMissing => "I can't tell whose memory this is, so I haven't changed anything.".to_owned(),
+        _ => "Something went wrong with saved memory, so I haven't changed anything. Please try again.".to_owned(),
+    }
+}
+
+/// Promotes held candidates at session end (the support thresholds of the
+/// write policy) and writes them through reconciliation.
+pub(crate) async fn promote_at_session_end(
+    rt: &Runtime,
+    owner: &str,
+    active: &ActiveSession,
+    transcript: &[opencouch_core::Message],
+    arc: Option<&SessionArc>,
+    session_id: &str,
+) -> Result<(), String> {
+    if rt.memory_mode() == MemoryMode::Incognito {
+        return Ok(());
+    }
+    let buffer: SessionMemoryBuffer = serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
+    if buffer.is_empty() {
+        return Ok(());
+    }
+    let backend = backend(rt);
+    let prior_facts = opencouch_memory::backend::active_facts(&backend, owner).await.map_err(|e| e.to_string())?;
+    let profile = opencouch_memory::backend::load_profile(&backend, owner).await.map_err(|e| e.to_string())?;
+    let prior_rules: Vec<_> = profile.active_rules().cloned().collect();
+    let user_turns: Vec<String> = transcript.iter().filter(|m| m.is_user()).map(|m| m.content.clone()).collect();
+    let now = Utc::now();
+    let ctx = opencouch_memory::policy::PromotionContext {
+        transcript_user_turns: &user_turns,
+        arc,
+        prior_facts: &prior_facts,
+        prior_rules: &prior_rules,
+        session_id: Some(session_id),
+        now,
+    };
+    let promotion = opencouch_memory::policy::promote(&buffer, &ctx).map_err(|e| e.to_string())?;
+    let embedder = rt.inner.embedder.as_deref();
+    opencouch_memory::policy::commit_promotion(&backend, embedder, owner, promotion, now)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}

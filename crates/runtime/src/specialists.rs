@@ -1,0 +1,517 @@
+//! Specialists: the crisis, clarification, therapeutic and grounded-lookup
+//! turns (exercise and memory-control turns live in their own modules).
+//!
+//! Every specialist has a model path (hybrid mode: instructions composed
+//! from prompt sources, a fixed toolbox, our bounded tool loop) and a
+//! deterministic path (deterministic mode, and the fallback whenever the
+//! model fails). A specialist never fails a turn.
+//!
+//! **Invariant:** [`SpecialistInput`] carries the gate's [`GateVerdict`],
+//! which only the gate can construct, so no specialist can run on a message
+//! that was not assessed.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use opencouch_core::state::{ExerciseUpdate, PendingUpdate};
+use opencouch_core::{AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState};
+use opencouch_llm::{ChatMessage, ChatModel, LlmError};
+use opencouch_prompts::{InstructionSpec, Specialist};
+use opencouch_store::ResponsePath;
+use serde_json::Value;
+
+use crate::agent::{LoopOutcome, Tool, Toolbox, run_tool_loop};
+use crate::gate::GateVerdict;
+use crate::memory::LoadedMemory;
+use crate::plan::{PlanKind, RoutePlan};
+use crate::runtime::Runtime;
+use crate::tools::{
+    AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill, LookupCrisisResources,
+    ToolContext, TurnEffects, crisis_lookup,
+};
+use crate::triage::TriageDecision;
+
+/// What a specialist gets. Holding a [`GateVerdict`] is the proof that the
+/// message went through the crisis gate.
+pub struct SpecialistInput<'a> {
+    pub verdict: &'a GateVerdict,
+    pub plan: &'a RoutePlan,
+    pub triage: Option<&'a TriageDecision>,
+    pub state: &'a ThreadState,
+    /// This session's recent messages, oldest first (server-side).
+    pub history: &'a [Message],
+    pub input: &'a AgentInput,
+    pub memory: Option<&'a LoadedMemory>,
+}
+
+/// Crisis-path facts for the crisis log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrisisInfo {
+    pub response_path: ResponsePath,
+    pub lookup_status: opencouch_core::ResourceLookupStatus,
+    pub resource_count: u32,
+    pub tool_calls: Vec<String>,
+    pub fallback_reason: Option<String>,
+    pub llm_failure: bool,
+}
+
+/// What a specialist produced.
+#[derive(Debug, Clone, Default)]
+pub struct SpecialistOutcome {
+    pub text: String,
+    pub style: ResponseStyle,
+    pub approach: Option<Approach>,
+    pub exercise: ExerciseUpdate,
+    pub pending_memory_action: PendingUpdate,
+    pub diagnostics: Diagnostics,
+    pub resources: Vec<Value>,
+    pub crisis: Option<CrisisInfo>,
+    pub completed_exercise: Option<String>,
+    /// The template-mode notice was included in this reply.
+    pub notice_shown: bool,
+    /// The person asked for privacy (memory control): drop held candidates.
+    pub privacy_request: bool,
+    /// Keys merged into `session_progress` (by key).
+    pub progress_extra: serde_json::Map<String, Value>,
+}
+
+/// Runs the specialist the plan names.
+pub async fn run(rt: &Runtime, si: SpecialistInput<'_>) -> SpecialistOutcome {
+    let mut out = match si.plan.kind {
+        PlanKind::CrisisResponse => crisis_response(rt, &si).await,
+        PlanKind::CrisisClarification => crisis_clarification(rt, &si).await,
+        PlanKind::GroundedLookup => grounded(rt, &si).await,
+        PlanKind::GuidedExercise => crate::exercise::run(rt, &si).await,
+        PlanKind::MemoryControl => crate::memory::control_turn(rt, &si).await,
+        PlanKind::Therapeutic => therapeutic(rt, &si).await,
+    };
+    // A crisis mid-exercise clears the exercise.
+    if si.plan.kind == PlanKind::CrisisResponse && si.state.exercise_state.is_some() {
+        out.exercise = ExerciseUpdate::Clear;
+    }
+    out
+}
+
+pub(crate) fn tool_context(rt: &Runtime, si: &SpecialistInput<'_>) -> ToolContext {
+    ToolContext {
+        thread_id: si.input.thread_id.clone(),
+        user_id: si.input.user_id.clone(),
+        owner_id: si.input.owner_id().to_owned(),
+        memory_mode: rt.memory_mode(),
+        channel: si.input.channel,
+        message: si.input.message.clone(),
+        history: si.history.to_vec(),
+        crisis: si.verdict.assessment().clone(),
+        effects: Mutex::new(TurnEffects::default()),
+    }
+}
+
+pub(crate) fn instruction_spec(specialist: Specialist, si: &SpecialistInput<'_>) -> InstructionSpec {
+    let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
+    spec.history = si.history.to_vec();
+    spec.stage = si.state.session_progress.stage;
+    if let Some(m) = si.memory {
+        spec.memory_lines = m.lines.clone();
+        spec.procedural_rules = m.rules.clone();
+        spec.proactive_recall = m.proactive_recall;
+    }
+    spec
+}
+
+/// One system message with the composed instructions, then the message.
+pub(crate) fn messages_for(spec: &InstructionSpec) -> Vec<ChatMessage> {
+    vec![ChatMessage::system(opencouch_prompts::compose_instructions(spec)), ChatMessage::user(spec.message.clone())]
+}
+
+fn record_calls(diag: &mut Diagnostics, prefix: &str, outcome: &LoopOutcome) {
+    let names: Vec<Value> = outcome.calls.iter().map(|c| Value::from(c.name.clone())).collect();
+    diag.set(&format!("{prefix}_tool_calls"), Value::Array(names));
+    diag.set(&format!("{prefix}_tool_rounds"), outcome.rounds as u64);
+}
+
+fn model(rt: &Runtime) -> Option<Arc<dyn ChatModel>> {
+    rt.inner.model.clone()
+}
+
+fn note_model_failure(diag: &mut Diagnostics, e: &LlmError) {
+    diag.set("openai_sdk_fallback_reason", e.kind());
+    diag.set("openai_response_llm_override", false);
+    tracing::warn!(error = %e, "specialist model failed; deterministic reply used");
+}
+
+// ---------------------------------------------------------------- crisis
+
+/// Digit runs of a text (phone-number-like tokens), spaces and dashes removed.
+fn number_tokens(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut cur = String::new();
+    let mut flush = |cur: &mut String| {
+        if cur.len() >= 3 {
+            out.insert(std::mem::take(cur));
+        }
+        cur.clear();
+    };
+    let chars: Vec<char> = text.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if c.is_ascii_digit() {
+            cur.push(*c);
+        } else if (*c == ' ' || *c == '-' || *c == '.') && !cur.is_empty() && chars.get(i + 1).is_some_and(char::is_ascii_digit) {
+            continue;
+        } else {
+            flush(&mut cur);
+        }
+    }
+    flush(&mut cur);
+    out
+}
+
+/// Whether every number in `reply` is one of the verified numbers.
+fn numbers_verified(reply: &str, verified_text: &str) -> bool {
+    let allowed = number_tokens(verified_text);
+    number_tokens(reply).iter().all(|n| allowed.iter().any(|a| a == n || a.ends_with(n.as_str())))
+}
+
+async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+    let assessment = si.verdict.assessment();
+    let mut diag = Diagnostics::new();
+    let deterministic = |lookup: opencouch_safety::ResourceLookup, path: ResponsePath, diag: Diagnostics, fallback: Option<String>, llm_failure: bool| {
+        let plan = opencouch_safety::build_response_plan(assessment, &lookup);
+        SpecialistOutcome {
+            text: plan.render_text(),
+            style: ResponseStyle::CrisisResponse,
+            resources: resources_json(&lookup),
+            crisis: Some(CrisisInfo {
+                response_path: path,
+                lookup_status: lookup.status,
+                resource_count: lookup.resources.len() as u32,
+                tool_calls: Vec::new(),
+                fallback_reason: fallback,
+                llm_failure,
+            }),
+            diagnostics: diag,
+            ..Default::default()
+        }
+    };
+    let Some(m) = model(rt) else {
+        let lookup = crisis_lookup(si.history, &si.input.message);
+        diag.set("crisis_resource_status", lookup.status.as_str());
+        return deterministic(lookup, ResponsePath::Deterministic, diag, None, false);
+    };
+
+    let ctx = tool_context(rt, si);
+    let mut spec = instruction_spec(Specialist::Crisis, si);
+    spec.style = Some(ResponseStyle::CrisisResponse);
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LookupCrisisResources), Arc::new(CrisisSupportTemplate)];
+    let toolbox = Toolbox::new(tools);
+    diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
+    let first = run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &toolbox, &ctx).await;
+    let (outcome, path, fallback_reason) = match first {
+        Ok(o) if o.called(LOOKUP_CRISIS_RESOURCES) => (Ok(o), ResponsePath::Sdk, None),
+        Ok(o) => {
+            // The model skipped the required lookup: do it ourselves and
+            // re-run with the result in context and the lookup tool removed.
+            diag.set("openai_crisis_tool_fallback", true);
+            let lookup = crisis_lookup(si.history, &si.input.message);
+            let result = serde_json::to_value(&lookup).unwrap_or(Value::Null);
+            ctx.with_effects(|e| e.crisis_lookup = Some(lookup));
+            let mut msgs = messages_for(&spec);
+            msgs.insert(1, ChatMessage::system(format!("Verified crisis resources for this turn (use only these): {result}")));
+            let rerun = run_tool_loop(m.as_ref(), ModelTier::Control, msgs, &toolbox.without(LOOKUP_CRISIS_RESOURCES), &ctx).await;
+            let calls_before = o.calls;
+            (
+                rerun.map(|mut r| {
+                    let mut calls = calls_before;
+                    calls.append(&mut r.calls);
+                    r.calls = calls;
+                    r
+                }),
+                ResponsePath::SdkToolFallback,
+                Some("required_tool_not_called".to_owned()),
+            )
+        }
+        Err(e) => (Err(e), ResponsePath::Deterministic, None),
+    };
+    let lookup = ctx
+        .with_effects(|e| e.crisis_lookup.clone())
+        .flatten()
+        .unwrap_or_else(|| crisis_lookup(si.history, &si.input.message));
+    diag.set("crisis_resource_status", lookup.status.as_str());
+    match outcome {
+        Ok(o) => {
+            record_calls(&mut diag, "openai_crisis", &o);
+            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            let plan = opencouch_safety::build_response_plan(assessment, &lookup);
+            let verified = plan.render_text();
+            // Never an invented number: any number the model wrote must be
+            // one of the verified ones, else the deterministic reply is used.
+            let text = if text.trim().is_empty() || !numbers_verified(&text, &verified) {
+                diag.set("crisis_model_reply_rejected", true);
+                verified
+            } else {
+                ensure_resources(text, &lookup)
+            };
+            SpecialistOutcome {
+                text,
+                style: ResponseStyle::CrisisResponse,
+                resources: resources_json(&lookup),
+                crisis: Some(CrisisInfo {
+                    response_path: path,
+                    lookup_status: lookup.status,
+                    resource_count: lookup.resources.len() as u32,
+                    tool_calls: o.calls.iter().map(|c| c.name.clone()).collect(),
+                    fallback_reason,
+                    llm_failure: si.verdict.llm_failure(),
+                }),
+                diagnostics: diag,
+                ..Default::default()
+            }
+        }
+        Err(e) => {
+            note_model_failure(&mut diag, &e);
+            deterministic(lookup, ResponsePath::Deterministic, diag, Some(e.kind().to_owned()), true)
+        }
+    }
+}
+
+fn resources_json(lookup: &opencouch_safety::ResourceLookup) -> Vec<Value> {
+    lookup.resources.iter().filter_map(|r| serde_json::to_value(r).ok()).collect()
+}
+
+/// The verified resources as plain lines (names and numbers verbatim).
+fn resource_block(lookup: &opencouch_safety::ResourceLookup) -> String {
+    let mut lines = Vec::new();
+    for r in &lookup.resources {
+        let mut parts = Vec::new();
+        if let Some(p) = &r.phone {
+            parts.push(format!("call {p}"));
+        }
+        if let Some(t) = &r.text {
+            match &r.text_keyword {
+                Some(k) => parts.push(format!("text {k} to {t}")),
+                None => parts.push(format!("text {t}")),
+            }
+        }
+        parts.push(r.url.clone());
+        lines.push(format!("- {}: {}", r.name, parts.join(", ")));
+    }
+    lines.push(lookup.emergency_advice.clone());
+    lines.join("\n")
+}
+
+/// Words that belong to crisis-service text, which a level-1 reply must
+/// not contain.
+fn mentions_crisis_service(text: &str) -> bool {
+    let t = text.to_lowercase();
+    ["hotline", "helpline", "crisis line", "lifeline", "samaritans", "emergency", "988", "911", "999", "112"]
+        .iter()
+        .any(|w| t.contains(w))
+}
+
+/// Appends the verified resource block when the model's reply does not
+/// already show the first resource's number.
+fn ensure_resources(text: String, lookup: &opencouch_safety::ResourceLookup) -> String {
+    let block = resource_block(lookup);
+    let first_number = number_tokens(&block).into_iter().next();
+    match first_number {
+        Some(n) if !number_tokens(&text).contains(&n) => format!("{}\n\n{}", text.trim_end(), block),
+        _ => text,
+    }
+}
+
+async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+    let mut diag = Diagnostics::new();
+    let question = opencouch_safety::safety_question(si.history);
+    let deterministic_text = {
+        let approach = Approach::None;
+        let mut ctx = opencouch_prompts::ResponderContext::new(&si.input.message, ResponseStyle::Reflective, approach);
+        ctx.history = si.history;
+        ctx.turn_index = si.state.session_progress.turn_count;
+        let reflection = opencouch_prompts::respond(&ctx);
+        let first = reflection.split_inclusive(['.', '!']).next().unwrap_or("").trim().to_owned();
+        if first.is_empty() || first.contains('?') { question.clone() } else { format!("{first} {question}") }
+    };
+    let text = match model(rt) {
+        None => deterministic_text,
+        Some(m) => {
+            let mut spec = instruction_spec(Specialist::Crisis, si);
+            spec.style = Some(ResponseStyle::Clarifying);
+            let ctx = tool_context(rt, si);
+            match run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &Toolbox::default(), &ctx).await {
+                Ok(o) => {
+                    let (t, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+                    // Level 1 never carries hotline text: exactly the shape
+                    // "reflection + one safety question", no numbers.
+                    if t.contains('?') && number_tokens(&t).is_empty() && !mentions_crisis_service(&t) {
+                        t
+                    } else {
+                        diag.set("crisis_clarification_model_reply_rejected", true);
+                        deterministic_text
+                    }
+                }
+                Err(e) => {
+                    note_model_failure(&mut diag, &e);
+                    deterministic_text
+                }
+            }
+        }
+    };
+    SpecialistOutcome { text, style: ResponseStyle::Clarifying, diagnostics: diag, ..Default::default() }
+}
+
+// ----------------------------------------------------------- therapeutic
+
+/// The style and approach a therapeutic turn uses before the model (if any)
+/// picks its own skill.
+fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
+    let style = si.plan.style;
+    let approach = match &si.state.exercise_state {
+        Some(ex) => ex.exercise_therapeutic_approach,
+        None => opencouch_prompts::choose_approach(&si.input.message),
+    };
+    (style, approach)
+}
+
+pub(crate) fn deterministic_therapeutic(si: &SpecialistInput<'_>, style: ResponseStyle, approach: Approach) -> SpecialistOutcome {
+    let show_notice = !si.state.session_progress.deterministic_notice_shown;
+    let previous = si.history.iter().rev().find(|m| !m.is_user()).map(|m| m.content.as_str());
+    let mut ctx = opencouch_prompts::ResponderContext::new(&si.input.message, style, approach);
+    ctx.history = si.history;
+    ctx.turn_index = si.state.turn_count;
+    ctx.previous_reply = previous;
+    ctx.show_notice = show_notice;
+    SpecialistOutcome {
+        text: opencouch_prompts::respond(&ctx),
+        style,
+        approach: Some(approach),
+        notice_shown: show_notice,
+        ..Default::default()
+    }
+}
+
+async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+    let (style, approach) = therapeutic_style(si);
+    let Some(m) = model(rt) else {
+        return deterministic_therapeutic(si, style, approach);
+    };
+    let mut diag = Diagnostics::new();
+    let mut spec = instruction_spec(Specialist::Therapeutic, si);
+    spec.style = Some(style);
+    spec.approach = Some(approach);
+    if let Some(ex) = &si.state.exercise_state {
+        spec.exercise_context = Some(crate::exercise::context_line(ex));
+    }
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadResponseSkill)];
+    let toolbox = Toolbox::new(tools);
+    let ctx = tool_context(rt, si);
+    let tier = si.input.response_model_tier;
+    match run_tool_loop(m.as_ref(), tier, messages_for(&spec), &toolbox, &ctx).await {
+        Ok(o) => {
+            record_calls(&mut diag, "openai_therapeutic", &o);
+            let (text, stripped) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            if stripped {
+                diag.set("openai_response_llm_output_sanitized", true);
+            }
+            if text.trim().is_empty() {
+                diag.set("openai_sdk_fallback_reason", "empty_reply");
+                let mut out = deterministic_therapeutic(si, style, approach);
+                out.diagnostics.merge(diag);
+                return out;
+            }
+            let (style, approach) = ctx
+                .with_effects(|e| e.skills_loaded.last().copied())
+                .flatten()
+                .unwrap_or((style, approach));
+            SpecialistOutcome { text, style, approach: Some(approach), diagnostics: diag, ..Default::default() }
+        }
+        Err(e) => {
+            note_model_failure(&mut diag, &e);
+            let mut out = deterministic_therapeutic(si, style, approach);
+            out.diagnostics.merge(diag);
+            out
+        }
+    }
+}
+
+// ------------------------------------------------------- grounded lookup
+
+async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+    let mut diag = Diagnostics::new();
+    let finish = |result: &opencouch_prompts::GroundedResult, text: String, mut diag: Diagnostics| {
+        diag.set("grounded_status", result.status.as_str());
+        diag.set("grounded_source_count", result.sources.len() as u64);
+        SpecialistOutcome { text, style: ResponseStyle::GroundedLookup, diagnostics: diag, ..Default::default() }
+    };
+    let Some(m) = model(rt) else {
+        let result = opencouch_prompts::grounded_lookup(&si.input.message);
+        let text = result.answer.clone();
+        return finish(&result, text, diag);
+    };
+    let ctx = tool_context(rt, si);
+    let spec = instruction_spec(Specialist::GroundedLookup, si);
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(AnswerGroundedLookup)];
+    let toolbox = Toolbox::new(tools);
+    diag.set("openai_grounded_tool_expected", opencouch_prompts::GROUNDED_LOOKUP_TOOL);
+    let first = run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &toolbox, &ctx).await;
+    let outcome = match first {
+        Ok(o) if o.called(opencouch_prompts::GROUNDED_LOOKUP_TOOL) => {
+            diag.set("openai_grounded_tool_fallback", false);
+            Ok(o)
+        }
+        Ok(_) => {
+            diag.set("openai_grounded_tool_fallback", true);
+            let result = opencouch_prompts::grounded_lookup(&si.input.message);
+            let json = result.as_tool_json();
+            ctx.with_effects(|e| e.grounded = Some(result));
+            let mut msgs = messages_for(&spec);
+            msgs.insert(1, ChatMessage::system(format!("Grounded lookup result (answer only from this): {json}")));
+            run_tool_loop(m.as_ref(), ModelTier::Control, msgs, &Toolbox::default(), &ctx).await
+        }
+        Err(e) => Err(e),
+    };
+    let result = ctx
+        .with_effects(|e| e.grounded.clone())
+        .flatten()
+        .unwrap_or_else(|| opencouch_prompts::grounded_lookup(&si.input.message));
+    match outcome {
+        Ok(o) => {
+            record_calls(&mut diag, "openai_grounded", &o);
+            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+            let text = if text.trim().is_empty() {
+                result.answer.clone()
+            } else if !result.sources.is_empty() && !text.contains("Sources:") {
+                // Keep the sources visible whatever the model wrote.
+                let sources: Vec<String> = result.sources.iter().map(|s| format!("- {} ({})", s.title, s.url)).collect();
+                format!("{}\n\nSources:\n{}", text.trim_end(), sources.join("\n"))
+            } else {
+                text
+            };
+            finish(&result, text, diag)
+        }
+        Err(e) => {
+            note_model_failure(&mut diag, &e);
+            let text = result.answer.clone();
+            finish(&result, text, diag)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn number_tokens_join_spaced_digits() {
+        let t = number_tokens("Call 116 123 or text 741-741, or 988.");
+        assert!(t.contains("116123"), "{t:?}");
+        assert!(t.contains("741741"));
+        assert!(t.contains("988"));
+    }
+
+    #[test]
+    fn invented_numbers_are_detected() {
+        let verified = "Samaritans: 116 123. Emergency: 999.";
+        assert!(numbers_verified("Please call Samaritans on 116 123.", verified));
+        assert!(!numbers_verified("Please call 0800 555 0199.", verified));
+        assert!(numbers_verified("No numbers here.", verified));
+    }
+}

@@ -1,0 +1,184 @@
+//! Tools: services callable from text turns and (later) voice alike.
+//!
+//! Each tool receives a [`ToolContext`] with the owner, memory mode and the
+//! turn's effects, never a text-only context, so the same implementation can
+//! back the Realtime voice function tools. Tools only *request* state
+//! changes through [`TurnEffects`]; the runtime validates and applies them.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use opencouch_core::{Channel, CrisisAssessment, MemoryMode, Message};
+use opencouch_llm::ToolSpec;
+use serde_json::{Value, json};
+
+use crate::agent::{Tool, ToolError};
+
+/// Everything a tool may know about the turn.
+#[derive(Debug)]
+pub struct ToolContext {
+    pub thread_id: String,
+    pub user_id: Option<String>,
+    pub owner_id: String,
+    pub memory_mode: MemoryMode,
+    pub channel: Channel,
+    /// The current user message.
+    pub message: String,
+    /// Recent transcript (server-side), oldest first.
+    pub history: Vec<Message>,
+    /// The gate's verdict for this turn.
+    pub crisis: CrisisAssessment,
+    /// What tools did during this turn.
+    pub effects: Mutex<TurnEffects>,
+}
+
+impl ToolContext {
+    /// Runs `f` on the effects (poisoning is treated as "no effect").
+    pub fn with_effects<R>(&self, f: impl FnOnce(&mut TurnEffects) -> R) -> Option<R> {
+        self.effects.lock().ok().map(|mut guard| f(&mut guard))
+    }
+
+    /// The last `n` user turns of the history plus the current message.
+    pub fn recent_user_text(&self, n: usize) -> Vec<String> {
+        let mut out: Vec<String> =
+            opencouch_core::message::last_user_turns(&self.history, n).into_iter().map(str::to_owned).collect();
+        out.push(self.message.clone());
+        out
+    }
+}
+
+/// Side effects tools requested during one turn.
+#[derive(Debug, Default)]
+pub struct TurnEffects {
+    /// The crisis-resource lookup performed this turn.
+    pub crisis_lookup: Option<opencouch_safety::ResourceLookup>,
+    /// The grounded lookup performed this turn.
+    pub grounded: Option<opencouch_prompts::GroundedResult>,
+    /// Styles loaded with `load_therapeutic_response_skill`.
+    pub skills_loaded: Vec<(opencouch_core::ResponseStyle, opencouch_core::Approach)>,
+    /// An exercise progress update validated by the runtime.
+    pub exercise_progress: Option<crate::exercise::ProgressRequest>,
+    /// The pending memory action after memory tools ran.
+    pub pending_memory_action: opencouch_core::state::PendingUpdate,
+}
+
+/// Builds a [`ToolSpec`] from a `{name, description, parameters}` object.
+pub fn spec_from_json(v: &Value) -> ToolSpec {
+    ToolSpec::new(
+        v.get("name").and_then(Value::as_str).unwrap_or_default(),
+        v.get("description").and_then(Value::as_str).unwrap_or_default(),
+        v.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+    )
+}
+
+pub(crate) fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// `lookup_crisis_resources`: verified resources for the person's own stated
+/// location (never IP), from the reviewed directory.
+pub struct LookupCrisisResources;
+
+pub const LOOKUP_CRISIS_RESOURCES: &str = "lookup_crisis_resources";
+pub const CRISIS_TEMPLATE: &str = "get_crisis_support_template";
+
+#[async_trait]
+impl Tool for LookupCrisisResources {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            LOOKUP_CRISIS_RESOURCES,
+            "Find verified crisis lines for the person's own stated location. Call exactly once on a crisis turn. \
+             Never invent numbers: use only what this returns.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "location_hint": {"type": ["string", "null"], "description": "A country or city the person themself named, if any."}
+                },
+                "required": ["location_hint"],
+                "additionalProperties": false
+            }),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        // Location comes from the person's own words; a model hint is only
+        // used when it also appears in what the person wrote.
+        let mut text = ctx.message.clone();
+        if let Some(hint) = str_arg(&args, "location_hint") {
+            let said = ctx.recent_user_text(6).join(" ").to_lowercase();
+            if said.contains(&hint.to_lowercase()) {
+                text = format!("{text}\n{hint}");
+            }
+        }
+        let lookup = crisis_lookup(&ctx.history, &text);
+        let out = serde_json::to_value(&lookup).unwrap_or(Value::Null);
+        ctx.with_effects(|e| e.crisis_lookup = Some(lookup));
+        Ok(out)
+    }
+}
+
+/// The deterministic lookup used by the tool and by the runtime fallback.
+pub fn crisis_lookup(history: &[Message], message: &str) -> opencouch_safety::ResourceLookup {
+    let location = opencouch_safety::extract_location(history, message);
+    opencouch_safety::lookup(&location)
+}
+
+/// `get_crisis_support_template`: the deterministic safety scaffold.
+pub struct CrisisSupportTemplate;
+
+#[async_trait]
+impl Tool for CrisisSupportTemplate {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            CRISIS_TEMPLATE,
+            "Load the crisis-response safety scaffold (opening, validation, one safety step, at most one question, \
+             what to avoid) for this turn.",
+            json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
+        )
+    }
+
+    async fn call(&self, ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
+        let lookup = ctx
+            .with_effects(|e| e.crisis_lookup.clone())
+            .flatten()
+            .unwrap_or_else(|| crisis_lookup(&ctx.history, &ctx.message));
+        let plan = opencouch_safety::build_response_plan(&ctx.crisis, &lookup);
+        Ok(plan.as_tool_json())
+    }
+}
+
+/// `load_therapeutic_response_skill(style, approach)`.
+pub struct LoadResponseSkill;
+
+#[async_trait]
+impl Tool for LoadResponseSkill {
+    fn spec(&self) -> ToolSpec {
+        spec_from_json(&opencouch_prompts::response_skill_tool_spec())
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let style = str_arg(&args, "style").unwrap_or("supportive");
+        let approach = str_arg(&args, "approach").unwrap_or("none");
+        let skill = opencouch_prompts::load_response_skill(style, approach);
+        ctx.with_effects(|e| e.skills_loaded.push((skill.style, skill.approach)));
+        Ok(skill.as_tool_json())
+    }
+}
+
+/// `answer_grounded_lookup(query)`: answers only from verified sources.
+pub struct AnswerGroundedLookup;
+
+#[async_trait]
+impl Tool for AnswerGroundedLookup {
+    fn spec(&self) -> ToolSpec {
+        spec_from_json(&opencouch_prompts::grounded_lookup_tool_spec())
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        let query = str_arg(&args, "query").unwrap_or(&ctx.message).to_owned();
+        let result = opencouch_prompts::grounded_lookup(&query);
+        let out = result.as_tool_json();
+        ctx.with_effects(|e| e.grounded = Some(result));
+        Ok(out)
+    }
+}

@@ -1,0 +1,267 @@
+//! Triage: the structured dispatch decision for a level-0 turn.
+//!
+//! In hybrid mode a model fills [`TriageDecision`] (structured output); in
+//! deterministic mode, or when the model is unavailable, phrase rules do.
+//! Triage never classifies crisis: it only runs after the gate said 0.
+
+use opencouch_core::state::{ClarificationKind, FlowAction};
+use opencouch_core::{Confidence, Message, ResponseStyle, Route, string_enum};
+use serde::{Deserialize, Serialize};
+
+use crate::plan::PlanKind;
+
+string_enum! {
+    /// The routes triage may choose (never crisis).
+    pub enum TriageRoute: "triage_route" {
+        Therapeutic = "therapeutic",
+        MemoryControl = "memory_control",
+        GroundedLookup = "grounded_lookup",
+        GuidedExercise = "guided_exercise",
+    }
+}
+
+impl TriageRoute {
+    pub fn kind(self) -> PlanKind {
+        match self {
+            TriageRoute::Therapeutic => PlanKind::Therapeutic,
+            TriageRoute::MemoryControl => PlanKind::MemoryControl,
+            TriageRoute::GroundedLookup => PlanKind::GroundedLookup,
+            TriageRoute::GuidedExercise => PlanKind::GuidedExercise,
+        }
+    }
+    pub fn public(self) -> Route {
+        self.kind().route()
+    }
+}
+
+string_enum! {
+    /// Which memory-control action the message asks for.
+    pub enum MemoryActionType: "memory_action_type" {
+        None = "none", List = "list", Status = "status", SetRecall = "set_recall",
+        SavePreference = "save_preference", ForgetByIndex = "forget_by_index",
+        ForgetByQuery = "forget_by_query", ConfirmPending = "confirm_pending", CancelPending = "cancel_pending",
+    }
+}
+
+string_enum! {
+    /// Why an exercise may start.
+    pub enum ExerciseStartBasis: "exercise_start_basis" {
+        ExplicitUserRequest = "explicit_user_request",
+        AcceptedAssistantOffer = "accepted_assistant_offer",
+        AmbiguousOrNone = "ambiguous_or_none",
+    }
+}
+
+/// The dispatch decision (the schema a triage model must fill).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TriageDecision {
+    pub route: TriageRoute,
+    pub active_flow_action: FlowAction,
+    pub memory_action_type: MemoryActionType,
+    /// For set_recall.
+    pub memory_enabled: Option<bool>,
+    /// fact, session or rule (forget_by_index).
+    pub memory_target_kind: Option<String>,
+    /// 1-based index (forget_by_index).
+    pub memory_target_index: Option<u32>,
+    /// Search text (forget_by_query).
+    pub memory_query: Option<String>,
+    /// The preference in the user's words (save_preference).
+    pub preference_text: Option<String>,
+    pub exercise_start_basis: ExerciseStartBasis,
+    /// Catalog id of the exercise to start.
+    pub exercise_type: Option<String>,
+    /// Therapeutic style suggestion (therapeutic route only).
+    pub response_style: Option<ResponseStyle>,
+    pub clarification_needed: bool,
+    pub clarification_kind: ClarificationKind,
+    pub secondary_route: Option<TriageRoute>,
+    pub clarification_question: Option<String>,
+    pub confidence: Confidence,
+}
+
+impl TriageDecision {
+    /// A plain therapeutic decision.
+    pub fn therapeutic(confidence: Confidence) -> Self {
+        TriageDecision {
+            route: TriageRoute::Therapeutic,
+            active_flow_action: FlowAction::None,
+            memory_action_type: MemoryActionType::None,
+            memory_enabled: None,
+            memory_target_kind: None,
+            memory_target_index: None,
+            memory_query: None,
+            preference_text: None,
+            exercise_start_basis: ExerciseStartBasis::AmbiguousOrNone,
+            exercise_type: None,
+            response_style: None,
+            clarification_needed: false,
+            clarification_kind: ClarificationKind::None,
+            secondary_route: None,
+            clarification_question: None,
+            confidence,
+        }
+    }
+}
+
+/// What deterministic triage needs to know about the thread.
+#[derive(Debug, Clone, Copy)]
+pub struct TriageContext<'a> {
+    pub history: &'a [Message],
+    pub exercise_active: bool,
+    /// The staged memory action, if any (confirm/cancel words need one).
+    pub pending_memory_action: Option<&'a serde_json::Value>,
+}
+
+/// Deterministic triage: phrase rules, in a fixed order.
+///
+/// 1. a pending memory action + confirm/cancel/option words → memory control
+/// 2. an active exercise → stop / side request / clarify / resume / continue
+/// 3. memory-control phrases → memory control
+/// 4. lookup verbs (never subjective therapy questions) → grounded lookup
+/// 5. an exercise request with explicit consent → guided exercise;
+///    a broad request ("help me calm down") → therapeutic + an offer
+/// 6. else therapeutic, with a style from the style chooser
+pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
+    let mut d = TriageDecision::therapeutic(Confidence::High);
+    if ctx.pending_memory_action.is_some() && crate::memory::is_memory_command(message, ctx.pending_memory_action) {
+        d.route = TriageRoute::MemoryControl;
+        d.memory_action_type = MemoryActionType::ConfirmPending;
+        return d;
+    }
+    if ctx.exercise_active {
+        use opencouch_exercises::{ActiveAction, SideRequest};
+        match opencouch_exercises::active_action(message) {
+            ActiveAction::Clear => {
+                d.route = TriageRoute::GuidedExercise;
+                d.active_flow_action = FlowAction::Clear;
+            }
+            ActiveAction::SideRequest(SideRequest::Memory) => {
+                d.route = TriageRoute::MemoryControl;
+                d.active_flow_action = FlowAction::Preserve;
+            }
+            ActiveAction::SideRequest(SideRequest::Lookup) => {
+                d.route = TriageRoute::GroundedLookup;
+                d.active_flow_action = FlowAction::Preserve;
+            }
+            ActiveAction::Preserve => {
+                d.route = TriageRoute::GuidedExercise;
+                d.active_flow_action = FlowAction::Preserve;
+            }
+            ActiveAction::Resume => {
+                d.route = TriageRoute::GuidedExercise;
+                d.active_flow_action = FlowAction::Resume;
+            }
+            ActiveAction::Continue => {
+                d.route = TriageRoute::GuidedExercise;
+                d.active_flow_action = FlowAction::Continue;
+            }
+        }
+        return d;
+    }
+    if crate::memory::is_memory_command(message, None) {
+        d.route = TriageRoute::MemoryControl;
+        return d;
+    }
+    if opencouch_prompts::is_lookup_request(message) && !opencouch_prompts::is_subjective_therapy_question(message) {
+        d.route = TriageRoute::GroundedLookup;
+        return d;
+    }
+    let last_assistant = ctx.history.iter().rev().find(|m| !m.is_user()).map(|m| m.content.as_str());
+    let start = opencouch_exercises::detect_start(message, last_assistant);
+    match &start {
+        opencouch_exercises::StartDecision::ExplicitUserRequest(id) => {
+            d.route = TriageRoute::GuidedExercise;
+            d.exercise_type = Some(id.clone());
+            d.exercise_start_basis = ExerciseStartBasis::ExplicitUserRequest;
+            d.active_flow_action = FlowAction::Start;
+            return d;
+        }
+        opencouch_exercises::StartDecision::AcceptedAssistantOffer(id) => {
+            d.route = TriageRoute::GuidedExercise;
+            d.exercise_type = Some(id.clone());
+            d.exercise_start_basis = ExerciseStartBasis::AcceptedAssistantOffer;
+            d.active_flow_action = FlowAction::Start;
+            return d;
+        }
+        opencouch_exercises::StartDecision::OfferInstead(id) => {
+            // Not consent: stay therapeutic and offer the exercise.
+            d.exercise_type = Some(id.clone());
+        }
+        opencouch_exercises::StartDecision::None => {}
+    }
+    d.response_style = Some(opencouch_prompts::choose_style(message, ctx.history));
+    d
+}
+
+/// Runs triage: the model in hybrid mode (structured output), the phrase
+/// rules otherwise or when the model is unavailable.
+pub async fn decide(
+    rt: &crate::runtime::Runtime,
+    state: &opencouch_core::ThreadState,
+    history: &[Message],
+    message: &str,
+) -> (TriageDecision, opencouch_core::Diagnostics) {
+    let mut diag = opencouch_core::Diagnostics::new();
+    let ctx = TriageContext {
+        history,
+        exercise_active: state.exercise_state.is_some(),
+        pending_memory_action: state.pending_memory_action.as_ref(),
+    };
+    let rules = deterministic(ctx, message);
+    let decision = match &rt.inner.model {
+        None => {
+            diag.set("triage_path", "deterministic");
+            rules
+        }
+        Some(model) => {
+            let mut spec = opencouch_prompts::InstructionSpec::new(opencouch_prompts::Specialist::Triage, message);
+            spec.history = history.to_vec();
+            if let Some(ex) = &state.exercise_state {
+                spec.exercise_context = Some(crate::exercise::context_line(ex));
+            }
+            let system = opencouch_prompts::compose_instructions(&spec);
+            let call = opencouch_llm::structured::<TriageDecision, _>(
+                model.as_ref(),
+                opencouch_core::ModelTier::Control,
+                &system,
+                message,
+            );
+            match tokio::time::timeout(rt.inner.opts.model_timeout, call).await {
+                Ok(Ok(mut d)) => {
+                    diag.set("triage_path", "model");
+                    diag.set("openai_triage_agent", true);
+                    // App-owned guards on the model's decision.
+                    if ctx.pending_memory_action.is_some() && rules.route == TriageRoute::MemoryControl {
+                        d.route = TriageRoute::MemoryControl;
+                    }
+                    if !ctx.exercise_active
+                        && d.route == TriageRoute::GuidedExercise
+                        && d.exercise_start_basis == ExerciseStartBasis::AmbiguousOrNone
+                    {
+                        // No consent, no start: offer instead.
+                        d.route = TriageRoute::Therapeutic;
+                    }
+                    d
+                }
+                Ok(Err(e)) => {
+                    diag.set("triage_path", "deterministic");
+                    diag.set("openai_triage_sdk_fallback_reason", e.kind());
+                    rules
+                }
+                Err(_) => {
+                    diag.set("triage_path", "deterministic");
+                    diag.set("openai_triage_sdk_fallback_reason", "timeout");
+                    rules
+                }
+            }
+        }
+    };
+    diag.set("openai_triage_route", decision.route.as_str());
+    diag.set("openai_triage_active_flow_action", decision.active_flow_action.as_str());
+    diag.set("openai_triage_confidence", decision.confidence.as_str());
+    if decision.clarification_needed {
+        diag.set("openai_triage_clarification_kind", decision.clarification_kind.as_str());
+    }
+    (decision, diag)
+}

@@ -1,0 +1,403 @@
+//! The deterministic crisis classifier (the gate's offline path and the
+//! overrides the hybrid gate applies before any model).
+
+use opencouch_core::message::last_user_turns;
+use opencouch_core::{
+    ClassifierPath, Confidence, CrisisAssessment, CrisisLevel, Message, OverrideKind, Role,
+};
+use serde::Serialize;
+
+use crate::normalize::normalize;
+use crate::rules::{Family, FamilySet, Rules, rules};
+
+/// How many recent user turns (besides the current message) are scanned for
+/// imminent risk and earlier explicit risk.
+pub const USER_TURN_WINDOW: usize = 6;
+/// How many recent history entries are searched for the assistant's last
+/// safety question.
+pub const SAFETY_CHECK_WINDOW: usize = 4;
+
+/// The deterministic gate's verdict for one message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Classification {
+    /// Level, confidence, a short reason that never quotes the user, flags.
+    pub assessment: CrisisAssessment,
+    /// `DeterministicOverride` when an override rule decided, else `Deterministic`.
+    pub path: ClassifierPath,
+    /// Which override fired, if any.
+    pub override_kind: Option<OverrideKind>,
+    /// Names of the phrase families that matched (never the matched text).
+    pub matched_families: Vec<&'static str>,
+}
+
+/// Families found in one text: `raw` before span stripping, `risk` after.
+#[derive(Debug, Clone, Copy, Default)]
+struct Analysis {
+    raw: FamilySet,
+    risk: FamilySet,
+}
+
+fn analyze(r: &Rules, normalized: &str) -> Analysis {
+    let raw = r.scan(normalized);
+    let risk = if raw.any_strip() {
+        r.scan(&r.strip(normalized))
+    } else {
+        raw
+    };
+    Analysis { raw, risk }
+}
+
+fn has_risk(a: FamilySet) -> bool {
+    a.has(Family::ClearSelfHarm) || a.has(Family::Ambiguous) || a.has(Family::Imminent)
+}
+
+struct Context {
+    current: Analysis,
+    current_text: String,
+    prior_imminent: bool,
+    prior_explicit: bool,
+}
+
+fn context(r: &Rules, history: &[Message], message: &str) -> Context {
+    let current_text = normalize(message);
+    let current = analyze(r, &current_text);
+    let mut prior_imminent = false;
+    let mut prior_explicit = false;
+    for m in history
+        .iter()
+        .rev()
+        .filter(|m| m.is_user())
+        .take(USER_TURN_WINDOW)
+    {
+        if m.crisis_level.is_some_and(|l| l >= 2) {
+            prior_explicit = true;
+        }
+    }
+    for turn in last_user_turns(history, USER_TURN_WINDOW) {
+        let a = analyze(r, &normalize(turn));
+        if a.risk.has(Family::Imminent) {
+            prior_imminent = true;
+        }
+        if a.risk.has(Family::ClearSelfHarm) || a.risk.has(Family::Imminent) {
+            prior_explicit = true;
+        }
+    }
+    Context {
+        current,
+        current_text,
+        prior_imminent,
+        prior_explicit,
+    }
+}
+
+/// Deterministic imminent check: imminent language in the current message
+/// or the last [`USER_TURN_WINDOW`] user turns, or an imminent continuation
+/// ("I'm going to do it tonight") after earlier explicit risk. When true the
+/// gate answers level 3 without asking a model.
+pub fn has_imminent(history: &[Message], message: &str) -> bool {
+    match rules() {
+        Ok(r) => imminent_from(&context(r, history, message)),
+        // Fail closed: rule data missing means we cannot rule imminence out.
+        Err(_) => false,
+    }
+}
+
+fn imminent_from(ctx: &Context) -> bool {
+    ctx.current.risk.has(Family::Imminent)
+        || ctx.prior_imminent
+        || (ctx.prior_explicit && ctx.current.risk.has(Family::ImminentContinuation))
+}
+
+/// True when the current message contains an idiom ("work is killing me")
+/// or ordinary planning language and no clear, ambiguous, imminent or
+/// distress signal remains once those spans are removed. The hybrid gate
+/// answers level 0 without asking a model.
+pub fn idiom_safe_without_risk(message: &str) -> bool {
+    let Ok(r) = rules() else { return false };
+    let a = analyze(r, &normalize(message));
+    idiom_safe_from(a)
+}
+
+fn idiom_safe_from(a: Analysis) -> bool {
+    (a.raw.has(Family::IdiomSafe) || a.raw.has(Family::BenignPlanningSafe))
+        && !has_risk(a.risk)
+        && !a.risk.has(Family::Distress)
+}
+
+/// The assistant's most recent turn within the last [`SAFETY_CHECK_WINDOW`]
+/// history entries, when it asked a safety question: returns the families
+/// (risk-polarity and/or safe-polarity question).
+fn last_safety_check(r: &Rules, history: &[Message]) -> FamilySet {
+    let Some(m) = history
+        .iter()
+        .rev()
+        .take(SAFETY_CHECK_WINDOW)
+        .find(|m| m.role == Role::Assistant)
+    else {
+        return FamilySet::default();
+    };
+    r.scan_assistant(&normalize(&m.content))
+}
+
+fn starts_with_no(text: &str) -> bool {
+    let t = text.trim_start_matches(|c: char| !c.is_alphanumeric());
+    [
+        "no",
+        "nope",
+        "nah",
+        "not really",
+        "not at all",
+        "i don't think so",
+        "not right now",
+        "not safe",
+    ]
+    .iter()
+    .any(|p| {
+        t == *p || (t.starts_with(p) && !t[p.len()..].starts_with(|c: char| c.is_alphanumeric()))
+    })
+}
+
+/// Classifies the current message given the conversation so far.
+///
+/// Rules, in order: imminent (current message or recent user turns) → 3;
+/// idiom-safe or benign planning with no remaining risk → 0; after a safety
+/// question: explicit risk → 2, a yes to a risk question → 2, a no to an
+/// "are you safe" question → 2, unsure → 1, denial or no new signal → 0;
+/// then the ladder: clear self-harm → 2, continuation of earlier explicit
+/// risk → 2, ambiguous → 1, distress → 1, unresolved past risk → 1, else 0.
+pub fn classify(history: &[Message], message: &str) -> Classification {
+    let r = match rules() {
+        Ok(r) => r,
+        Err(_) => {
+            // Fail closed: without the rule tables, ask a safety question.
+            return Classification {
+                assessment: CrisisAssessment::new(
+                    CrisisLevel::AMBIGUOUS,
+                    Confidence::Low,
+                    "Crisis rule data unavailable; asking a safety question.",
+                ),
+                path: ClassifierPath::Deterministic,
+                override_kind: None,
+                matched_families: Vec::new(),
+            };
+        }
+    };
+    let ctx = context(r, history, message);
+    let a = ctx.current;
+    let mut families: Vec<&'static str> = Vec::new();
+    for f in Family::ALL {
+        let hit = if matches!(
+            f,
+            Family::ClearSelfHarm | Family::Ambiguous | Family::Distress | Family::Imminent
+        ) {
+            a.risk.has(f)
+        } else {
+            a.raw.has(f) || a.risk.has(f)
+        };
+        if hit {
+            families.push(f.name());
+        }
+    }
+    let out = |level: CrisisLevel,
+               conf: Confidence,
+               reason: &str,
+               kind: Option<OverrideKind>,
+               fams: Vec<&'static str>| {
+        Classification {
+            assessment: CrisisAssessment::new(level, conf, reason),
+            path: if kind.is_some() {
+                ClassifierPath::DeterministicOverride
+            } else {
+                ClassifierPath::Deterministic
+            },
+            override_kind: kind,
+            matched_families: fams,
+        }
+    };
+
+    // 1. Imminent.
+    if imminent_from(&ctx) {
+        let reason = if a.risk.has(Family::Imminent) {
+            "Imminent-risk language (plan, means, timing or final preparations) in the current message."
+        } else if ctx.prior_imminent {
+            "Imminent-risk language in recent user turns."
+        } else {
+            "Plan, means or timing following earlier explicit risk."
+        };
+        if !a.risk.has(Family::Imminent) {
+            families.push("history:imminent");
+        }
+        return out(
+            CrisisLevel::IMMINENT,
+            Confidence::High,
+            reason,
+            Some(OverrideKind::Imminent),
+            families,
+        );
+    }
+
+    // 2. Idiom-safe / benign planning on the current message only.
+    if idiom_safe_from(a) {
+        let kind = if a.raw.has(Family::IdiomSafe) {
+            OverrideKind::IdiomSafe
+        } else {
+            OverrideKind::BenignPlanning
+        };
+        let reason = if kind == OverrideKind::IdiomSafe {
+            "Figurative expression with no risk language."
+        } else {
+            "Ordinary planning language with no risk language."
+        };
+        return out(
+            CrisisLevel::NONE,
+            Confidence::High,
+            reason,
+            Some(kind),
+            families,
+        );
+    }
+
+    // 3. Answer to a safety question.
+    let check = last_safety_check(r, history);
+    if !check.is_empty() {
+        let denial = a.raw.has(Family::SafetyDenial) || a.raw.has(Family::Negation);
+        if a.risk.has(Family::ClearSelfHarm) {
+            return out(
+                CrisisLevel::EXPLICIT,
+                Confidence::High,
+                "Explicit self-harm language in reply to a safety question.",
+                None,
+                families,
+            );
+        }
+        let risk_question = check.has(Family::SafetyCheckRisk);
+        if risk_question && a.raw.has(Family::SafetyAffirm) && !denial {
+            families.push("answer:affirm");
+            return out(
+                CrisisLevel::EXPLICIT,
+                Confidence::Medium,
+                "User affirmed having thoughts of suicide or self-harm.",
+                None,
+                families,
+            );
+        }
+        if !risk_question && check.has(Family::SafetyCheckSafe) && starts_with_no(&ctx.current_text)
+        {
+            families.push("answer:not_safe");
+            return out(
+                CrisisLevel::EXPLICIT,
+                Confidence::Medium,
+                "User said they are not safe when asked.",
+                None,
+                families,
+            );
+        }
+        if a.raw.has(Family::SafetyUnsure) && !denial {
+            return out(
+                CrisisLevel::AMBIGUOUS,
+                Confidence::Medium,
+                "Unsure answer to a safety question.",
+                None,
+                families,
+            );
+        }
+        if !a.risk.has(Family::Ambiguous) {
+            return out(
+                CrisisLevel::NONE,
+                Confidence::High,
+                "Safety question answered with a denial or no new risk signal.",
+                Some(OverrideKind::SafetyDenial),
+                families,
+            );
+        }
+    }
+
+    // 4. Ladder.
+    if a.risk.has(Family::ClearSelfHarm) {
+        return out(
+            CrisisLevel::EXPLICIT,
+            Confidence::High,
+            "Explicit suicidal or self-harm language.",
+            None,
+            families,
+        );
+    }
+    if ctx.prior_explicit && a.risk.has(Family::Continuation) {
+        families.push("history:explicit");
+        return out(
+            CrisisLevel::EXPLICIT,
+            Confidence::Medium,
+            "Continues earlier explicit suicidal language.",
+            None,
+            families,
+        );
+    }
+    if a.risk.has(Family::Ambiguous) {
+        return out(
+            CrisisLevel::AMBIGUOUS,
+            Confidence::Medium,
+            "Concerning but ambiguous language (hopelessness, burden, wish to disappear).",
+            None,
+            families,
+        );
+    }
+    if a.risk.has(Family::Distress) {
+        return out(
+            CrisisLevel::AMBIGUOUS,
+            Confidence::Low,
+            "Strong distress language.",
+            None,
+            families,
+        );
+    }
+    if a.raw.has(Family::PastRisk) && !a.raw.has(Family::Recovery) {
+        return out(
+            CrisisLevel::AMBIGUOUS,
+            Confidence::Low,
+            "Mentions past suicidal thoughts or self-harm without a recovery cue.",
+            None,
+            families,
+        );
+    }
+    let conf = if a.raw.is_empty() {
+        Confidence::High
+    } else {
+        Confidence::Medium
+    };
+    out(
+        CrisisLevel::NONE,
+        conf,
+        "No crisis language detected.",
+        None,
+        families,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_levels() {
+        let cases = [
+            ("work is killing me", 0),
+            ("i feel hopeless and trapped", 1),
+            ("kms", 2),
+            ("i have pills and i'm going to take them all tonight", 3),
+            ("i'm not suicidal", 0),
+        ];
+        for (msg, lvl) in cases {
+            assert_eq!(classify(&[], msg).assessment.level.get(), lvl, "{msg}");
+        }
+    }
+
+    #[test]
+    fn override_helpers() {
+        assert!(has_imminent(&[], "i plan to kill myself tonight"));
+        assert!(!has_imminent(&[], "i feel sad"));
+        assert!(idiom_safe_without_risk("work is killing me"));
+        assert!(!idiom_safe_without_risk(
+            "work is killing me and i want to die"
+        ));
+    }
+}

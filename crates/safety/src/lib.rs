@@ -1,0 +1,35 @@
+//! OpenCouch crisis gate.
+//!
+//! Every user message is classified here before anything else runs. The
+//! crate is pure (no I/O, no async): its phrase families, normalization
+//! tables, resource directory, gazetteer and reply texts are data files
+//! embedded at build time and checked by tests.
+//!
+//! * [`normalize()`]: one normalization pass (Unicode, leetspeak, slang).
+//! * [`classify()`]: the deterministic classifier, plus the override
+//!   helpers [`has_imminent`] and [`idiom_safe_without_risk`] used by the
+//!   hybrid gate.
+//! * [`classifier_prompt`] / [`normalize_model_output`]: the pure halves of
+//!   the model classifier.
+//! * [`extract_location`] / [`lookup`]: the curated crisis-resource directory.
+//! * [`build_response_plan`] / [`safety_question`]: what to say.
+//! * [`eval`]: metrics and dataset readers for measuring the gate.
+
+pub mod classify;
+pub mod error;
+pub mod eval;
+pub mod normalize;
+pub mod plan;
+pub mod prompt;
+pub mod resources;
+pub mod rules;
+
+pub use classify::{Classification, classify, has_imminent, idiom_safe_without_risk};
+pub use error::SafetyError;
+pub use normalize::normalize;
+pub use plan::{CrisisResponsePlan, RiskLabel, build_response_plan, safety_question};
+pub use prompt::{classifier_prompt, normalize_model_output};
+pub use resources::{
+    CrisisResource, LocationResult, ResourceKind, ResourceLookup, extract_location,
+    international_directory, lookup,
+};

@@ -1,0 +1,347 @@
+//! Phrase families loaded from `data/families.toml` and compiled once.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use serde::Deserialize;
+
+use crate::error::SafetyError;
+
+const FAMILIES_TOML: &str = include_str!("../data/families.toml");
+
+/// Every phrase family the classifier knows. The data file must define each
+/// one exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Plan, means, timing or final preparations (level 3).
+    Imminent,
+    /// Explicit ideation or self-harm (level 2).
+    ClearSelfHarm,
+    /// Concerning but ambiguous (level 1).
+    Ambiguous,
+    /// Distress words (level 1).
+    Distress,
+    /// Idioms such as "work is killing me" (spans removed, may override to 0).
+    IdiomSafe,
+    /// Ordinary planning language (may override to 0).
+    BenignPlanningSafe,
+    /// Denials such as "I'm not suicidal" (spans removed).
+    SafetyDenial,
+    /// Negated risk phrases such as "I don't want to die" (spans removed).
+    Negation,
+    /// Someone else's risk ("my friend wants to kill herself"; spans removed).
+    ThirdPerson,
+    /// Quoted speech, lyrics, titles (spans removed).
+    Quoted,
+    /// Past risk ("I used to want to die"; spans removed, floor 1 without recovery).
+    PastRisk,
+    /// Recovery statements ("I'm doing better now").
+    Recovery,
+    /// Assistant asked about suicidal thoughts or self-harm.
+    SafetyCheckRisk,
+    /// Assistant asked whether the user is safe.
+    SafetyCheckSafe,
+    /// A yes-like answer at the start of the message.
+    SafetyAffirm,
+    /// An unsure answer at the start of the message.
+    SafetyUnsure,
+    /// "I keep thinking about it": continues earlier explicit risk.
+    Continuation,
+    /// "I'm going to do it tonight": imminent when earlier risk exists.
+    ImminentContinuation,
+}
+
+impl Family {
+    /// All families, in bit order.
+    pub const ALL: [Family; 18] = [
+        Family::Imminent,
+        Family::ClearSelfHarm,
+        Family::Ambiguous,
+        Family::Distress,
+        Family::IdiomSafe,
+        Family::BenignPlanningSafe,
+        Family::SafetyDenial,
+        Family::Negation,
+        Family::ThirdPerson,
+        Family::Quoted,
+        Family::PastRisk,
+        Family::Recovery,
+        Family::SafetyCheckRisk,
+        Family::SafetyCheckSafe,
+        Family::SafetyAffirm,
+        Family::SafetyUnsure,
+        Family::Continuation,
+        Family::ImminentContinuation,
+    ];
+
+    /// The name used in the data file and in `matched_families`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Family::Imminent => "imminent",
+            Family::ClearSelfHarm => "clear_self_harm",
+            Family::Ambiguous => "ambiguous",
+            Family::Distress => "distress",
+            Family::IdiomSafe => "idiom_safe",
+            Family::BenignPlanningSafe => "benign_planning_safe",
+            Family::SafetyDenial => "safety_denial",
+            Family::Negation => "negation",
+            Family::ThirdPerson => "third_person",
+            Family::Quoted => "quoted",
+            Family::PastRisk => "past_risk",
+            Family::Recovery => "recovery",
+            Family::SafetyCheckRisk => "safety_check_risk",
+            Family::SafetyCheckSafe => "safety_check_safe",
+            Family::SafetyAffirm => "safety_affirm",
+            Family::SafetyUnsure => "safety_unsure",
+            Family::Continuation => "continuation",
+            Family::ImminentContinuation => "imminent_continuation",
+        }
+    }
+
+    /// Parses a data-file name.
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    const fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+
+    /// Whether matched spans are removed before the risk scan.
+    pub const fn strips(self) -> bool {
+        matches!(
+            self,
+            Family::IdiomSafe
+                | Family::SafetyDenial
+                | Family::Negation
+                | Family::ThirdPerson
+                | Family::Quoted
+                | Family::PastRisk
+        )
+    }
+
+    /// Whether the family is matched against assistant turns.
+    pub const fn assistant_side(self) -> bool {
+        matches!(self, Family::SafetyCheckRisk | Family::SafetyCheckSafe)
+    }
+}
+
+/// A small set of families (bitmask).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FamilySet(u32);
+
+impl FamilySet {
+    /// Whether `f` is in the set.
+    pub const fn has(self, f: Family) -> bool {
+        self.0 & f.bit() != 0
+    }
+
+    /// Adds `f`.
+    pub fn insert(&mut self, f: Family) {
+        self.0 |= f.bit();
+    }
+
+    /// Whether any strip family is present.
+    pub fn any_strip(self) -> bool {
+        Family::ALL.iter().any(|f| f.strips() && self.has(*f))
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The families in the set, in bit order.
+    pub fn iter(self) -> impl Iterator<Item = Family> {
+        Family::ALL.into_iter().filter(move |f| self.has(*f))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFile {
+    vars: HashMap<String, String>,
+    family: Vec<RawFamily>,
+}
+
+/// One family as written in the data file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawFamily {
+    /// Family name.
+    pub name: String,
+    /// risk | strip | cue | assistant.
+    pub role: String,
+    /// Level for risk families.
+    #[serde(default)]
+    pub level: Option<u8>,
+    /// Regex sources (before variable expansion).
+    pub patterns: Vec<String>,
+    /// Phrases that must hit the family.
+    #[serde(default)]
+    pub examples: Vec<String>,
+    /// Phrases that must not hit the family.
+    #[serde(default)]
+    pub avoid: Vec<String>,
+}
+
+/// The compiled rule tables.
+pub struct Rules {
+    user_set: RegexSet,
+    user_map: Vec<Family>,
+    assistant_set: RegexSet,
+    assistant_map: Vec<Family>,
+    strip_re: Regex,
+    /// The families as loaded (for consistency tests and documentation).
+    pub families: Vec<(Family, RawFamily)>,
+}
+
+fn expand(src: &str, vars: &HashMap<String, String>) -> String {
+    let mut out = src.to_string();
+    // Variables may reference other variables: expand until stable.
+    for _ in 0..4 {
+        if !out.contains('%') {
+            break;
+        }
+        for (k, v) in vars {
+            let key = format!("%{k}%");
+            if out.contains(&key) {
+                out = out.replace(&key, v);
+            }
+        }
+    }
+    out.replace(r"\w", r"[0-9a-z_']")
+}
+
+impl Rules {
+    /// Parses and compiles the embedded family file.
+    pub fn load() -> Result<Rules, SafetyError> {
+        let raw: RawFile = toml::from_str(FAMILIES_TOML).map_err(|e| SafetyError::Data {
+            file: "families.toml",
+            detail: e.to_string(),
+        })?;
+        let mut families = Vec::new();
+        let mut user_pats = Vec::new();
+        let mut user_map = Vec::new();
+        let mut asst_pats = Vec::new();
+        let mut asst_map = Vec::new();
+        let mut strip_pats = Vec::new();
+        for fam in raw.family {
+            let kind = Family::from_name(&fam.name).ok_or_else(|| SafetyError::Data {
+                file: "families.toml",
+                detail: format!("unknown family name {}", fam.name),
+            })?;
+            if families.iter().any(|(k, _)| *k == kind) {
+                return Err(SafetyError::Data {
+                    file: "families.toml",
+                    detail: format!("family {} defined twice", fam.name),
+                });
+            }
+            for (index, p) in fam.patterns.iter().enumerate() {
+                let src = expand(p, &raw.vars);
+                if src.contains('%') {
+                    return Err(SafetyError::Pattern {
+                        family: fam.name.clone(),
+                        index,
+                        detail: "unknown %variable%".into(),
+                    });
+                }
+                RegexBuilder::new(&src)
+                    .unicode(false)
+                    .build()
+                    .map_err(|e| SafetyError::Pattern {
+                        family: fam.name.clone(),
+                        index,
+                        detail: e.to_string(),
+                    })?;
+                if kind.assistant_side() {
+                    asst_pats.push(src);
+                    asst_map.push(kind);
+                } else {
+                    if kind.strips() {
+                        strip_pats.push(format!("(?:{src})"));
+                    }
+                    user_pats.push(src);
+                    user_map.push(kind);
+                }
+            }
+            families.push((kind, fam));
+        }
+        for f in Family::ALL {
+            if !families.iter().any(|(k, _)| *k == f) {
+                return Err(SafetyError::Data {
+                    file: "families.toml",
+                    detail: format!("family {} missing", f.name()),
+                });
+            }
+        }
+        let build_err = |e: regex::Error| SafetyError::Data {
+            file: "families.toml",
+            detail: e.to_string(),
+        };
+        let user_set = RegexSetBuilder::new(&user_pats)
+            .unicode(false)
+            .size_limit(64 << 20)
+            .dfa_size_limit(64 << 20)
+            .build()
+            .map_err(build_err)?;
+        let assistant_set = RegexSetBuilder::new(&asst_pats)
+            .unicode(false)
+            .build()
+            .map_err(build_err)?;
+        let strip_re = RegexBuilder::new(&strip_pats.join("|"))
+            .unicode(false)
+            .size_limit(64 << 20)
+            .dfa_size_limit(64 << 20)
+            .build()
+            .map_err(build_err)?;
+        Ok(Rules {
+            user_set,
+            user_map,
+            assistant_set,
+            assistant_map: asst_map,
+            strip_re,
+            families,
+        })
+    }
+
+    /// Families whose user-side patterns match `text` (normalized).
+    pub fn scan(&self, text: &str) -> FamilySet {
+        let mut set = FamilySet::default();
+        for i in self.user_set.matches(text.as_bytes()).iter() {
+            set.insert(self.user_map[i]);
+        }
+        set
+    }
+
+    /// Families whose assistant-side patterns match `text` (normalized).
+    pub fn scan_assistant(&self, text: &str) -> FamilySet {
+        let mut set = FamilySet::default();
+        for i in self.assistant_set.matches(text.as_bytes()).iter() {
+            set.insert(self.assistant_map[i]);
+        }
+        set
+    }
+
+    /// Removes the spans of strip families (idioms, denials, negations,
+    /// third-person and quoted speech, past risk), leaving a separator.
+    pub fn strip(&self, text: &str) -> String {
+        String::from_utf8_lossy(&self.strip_re.replace_all(text.as_bytes(), &b" | "[..]))
+            .into_owned()
+    }
+
+    /// Whether any pattern of `family` matches `text` (normalized).
+    pub fn family_matches(&self, family: Family, text: &str) -> bool {
+        if family.assistant_side() {
+            self.scan_assistant(text).has(family)
+        } else {
+            self.scan(text).has(family)
+        }
+    }
+}
+
+static RULES: LazyLock<Result<Rules, SafetyError>> = LazyLock::new(Rules::load);
+
+/// The shared compiled rules, or the load error (tested never to occur).
+pub fn rules() -> Result<&'static Rules, &'static SafetyError> {
+    RULES.as_ref()
+}

@@ -1,0 +1,71 @@
+//! Runs the hand-written case table (tests/cases.jsonl) through the
+//! deterministic classifier and requires an exact level match.
+
+use opencouch_safety::classify;
+use opencouch_safety::eval::{DataFormat, Gold, parse_cases};
+
+const CASES: &str = include_str!("cases.jsonl");
+
+#[test]
+fn case_table_exact_levels() {
+    let cases = parse_cases(DataFormat::Jsonl, CASES).expect("case table parses");
+    assert!(cases.len() >= 120, "case table has {} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let Gold::Level(want) = case.gold else {
+            panic!("case {} has no level", case.id)
+        };
+        let got = classify(&case.history, &case.message);
+        if got.assessment.level.get() != want {
+            failures.push(format!(
+                "{}: want {want}, got {} ({:?}, families {:?})",
+                case.id,
+                got.assessment.level.get(),
+                got.override_kind,
+                got.matched_families
+            ));
+        }
+        // The truth table always holds.
+        assert_eq!(
+            got.assessment.needs_crisis_response,
+            got.assessment.level.get() >= 2
+        );
+        assert_eq!(
+            got.assessment.needs_clarification,
+            got.assessment.level.get() == 1
+        );
+        // Reasons never quote the user.
+        assert!(
+            case.message.len() < 12 || !got.assessment.reason.contains(&case.message),
+            "{}",
+            case.id
+        );
+    }
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn case_ids_are_unique_and_every_level_is_covered() {
+    let cases = parse_cases(DataFormat::Jsonl, CASES).expect("case table parses");
+    let mut ids = std::collections::HashSet::new();
+    let mut per_level = [0usize; 4];
+    for c in &cases {
+        assert!(ids.insert(c.id.clone()), "duplicate id {}", c.id);
+        if let Gold::Level(l) = c.gold {
+            per_level[usize::from(l)] += 1;
+        }
+    }
+    assert!(
+        per_level.iter().all(|n| *n >= 10),
+        "levels covered: {per_level:?}"
+    );
+}

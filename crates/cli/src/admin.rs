@@ -67,7 +67,9 @@ pub struct ExercisesArgs {
 }
 
 async fn stores(settings: &Settings) -> anyhow::Result<opencouch_store::Stores> {
-    opencouch_runtime::open_stores(settings).await.context("could not open the database")
+    opencouch_runtime::open_stores(settings)
+        .await
+        .context("could not open the database")
 }
 
 fn describe_db(settings: &Settings) -> String {
@@ -87,7 +89,10 @@ pub async fn threads(cmd: ThreadsCmd, settings: Settings) -> anyhow::Result<()> 
                 println!("No threads yet ({}).", describe_db(&settings));
                 return Ok(());
             }
-            println!("{:<40} {:>6} {:>8}  {}", "thread", "turns", "messages", "last active (UTC)");
+            println!(
+                "{:<40} {:>6} {:>8}  {}",
+                "thread", "turns", "messages", "last active (UTC)"
+            );
             for r in rows {
                 println!(
                     "{:<40} {:>6} {:>8}  {}",
@@ -110,17 +115,33 @@ pub async fn threads(cmd: ThreadsCmd, settings: Settings) -> anyhow::Result<()> 
             let s = &snapshot.state;
             println!("thread      {}", s.thread_id);
             println!("channel     {}", s.channel);
-            println!("owner       {}", s.user_id.clone().unwrap_or_else(|| "(thread-scoped)".into()));
+            println!(
+                "owner       {}",
+                s.user_id
+                    .clone()
+                    .unwrap_or_else(|| "(thread-scoped)".into())
+            );
             println!("turns       {}", s.turn_count);
             println!("messages    {}", s.message_count);
             if let Some(ex) = &s.exercise_state {
-                println!("exercise    {} (step {})", ex.exercise_type, ex.exercise_step + 1);
+                println!(
+                    "exercise    {} (step {})",
+                    ex.exercise_type,
+                    ex.exercise_step + 1
+                );
             }
             let session = stores.sessions.get(&id).await?;
-            println!("session     {}", if session.is_some() { "active" } else { "none" });
+            println!(
+                "session     {}",
+                if session.is_some() { "active" } else { "none" }
+            );
             println!();
             for e in stores.threads.history(&id, limit, None).await? {
-                let who = if e.message.is_user() { "you" } else { "opencouch" };
+                let who = if e.message.is_user() {
+                    "you"
+                } else {
+                    "opencouch"
+                };
                 println!("[{}] {who}: {}", e.index, e.message.content);
             }
         }
@@ -143,16 +164,29 @@ pub async fn crisis_log(cmd: CrisisLogCmd, settings: Settings) -> anyhow::Result
     let stores = stores(&settings).await?;
     match cmd {
         CrisisLogCmd::Audit { days } => {
-            let since = (Utc::now() - Duration::days(i64::from(days.saturating_sub(1)))).date_naive();
+            let since =
+                (Utc::now() - Duration::days(i64::from(days.saturating_sub(1)))).date_naive();
             let rows = stores.crisis.daily_counts(since).await?;
-            println!("Crisis log since {since} ({} records in total):", stores.crisis.count().await?);
+            println!(
+                "Crisis log since {since} ({} records in total):",
+                stores.crisis.count().await?
+            );
             if rows.is_empty() {
                 println!("  no crisis events in this period");
                 return Ok(());
             }
-            println!("{:<12} {:>5} {:<20} {:>6}", "day", "level", "response path", "count");
+            println!(
+                "{:<12} {:>5} {:<20} {:>6}",
+                "day", "level", "response path", "count"
+            );
             for r in rows {
-                println!("{:<12} {:>5} {:<20} {:>6}", r.day, r.level, r.response_path.as_str(), r.count);
+                println!(
+                    "{:<12} {:>5} {:<20} {:>6}",
+                    r.day,
+                    r.level,
+                    r.response_path.as_str(),
+                    r.count
+                );
             }
         }
         CrisisLogCmd::Purge { older_than } => {
@@ -177,7 +211,11 @@ pub fn exercises(args: &ExercisesArgs) -> anyhow::Result<()> {
             e.display_name,
             e.steps.len(),
             e.duration_seconds.div_ceil(60),
-            if e.voice_fit != opencouch_exercises::Fit::Poor { "" } else { " (text only)" }
+            if e.voice_fit != opencouch_exercises::Fit::Poor {
+                ""
+            } else {
+                " (text only)"
+            }
         );
     }
     println!("\nAsk for one by name in chat, e.g. \"can we do box breathing?\"");

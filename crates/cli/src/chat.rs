@@ -12,7 +12,9 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use opencouch_config::Settings;
-use opencouch_core::{AgentInput, AgentOutput, Channel, MemoryMode, ResponseType, RuntimeMode, StreamEvent};
+use opencouch_core::{
+    AgentInput, AgentOutput, Channel, MemoryMode, ResponseType, RuntimeMode, StreamEvent,
+};
 use opencouch_runtime::{EndSessionOutcome, Runtime};
 use opencouch_store::{FeedbackLabel, FeedbackSource};
 
@@ -40,6 +42,12 @@ Commands:
   /end                  end the session (you can leave feedback) and see its summary
   /incognito            switch to incognito (nothing saved) for the rest of this run
   /mode MODE            deterministic | hybrid | auto
+  /exercises            list the guided exercises (ask for one by name to start)
+  /memory status        what is saved and whether recall is on
+  /memory list [facts|sessions|rules]
+  /memory recall on|off bring up past sessions unprompted (off by default)
+  /memory forget fact|session|rule N   delete one item (asks to confirm)
+  /memory clear facts|sessions|rules|all   delete in bulk (type CLEAR to confirm)
   /exit                 leave (the conversation is kept unless incognito)
 Anything else is sent to OpenCouch. If you are in danger, call your local emergency number.";
 
@@ -122,8 +130,15 @@ impl Session {
         Ok(())
     }
 
-    async fn end(&mut self, feedback: Option<FeedbackLabel>, source: FeedbackSource) -> anyhow::Result<EndSessionOutcome> {
-        let outcome = self.runtime.end_session(&self.thread, self.user.as_deref(), feedback, source).await?;
+    async fn end(
+        &mut self,
+        feedback: Option<FeedbackLabel>,
+        source: FeedbackSource,
+    ) -> anyhow::Result<EndSessionOutcome> {
+        let outcome = self
+            .runtime
+            .end_session(&self.thread, self.user.as_deref(), feedback, source)
+            .await?;
         Ok(outcome)
     }
 }
@@ -149,12 +164,33 @@ fn default_thread(user: Option<&str>) -> String {
 
 /// Runs the chat client.
 pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
-    let memory_mode = if args.incognito { MemoryMode::Incognito } else { settings.memory_mode };
-    let runtime = Runtime::from_settings(&settings, memory_mode).await.context("could not start the runtime")?;
+    let memory_mode = if args.incognito {
+        MemoryMode::Incognito
+    } else {
+        settings.memory_mode
+    };
+    let runtime = Runtime::from_settings(&settings, memory_mode)
+        .await
+        .context("could not start the runtime")?;
     let interactive = std::io::stdin().is_terminal() && !args.json;
-    let thread = args.thread.clone().unwrap_or_else(|| default_thread(args.user.as_deref()));
-    let mut session = Session { settings, runtime, thread, user: args.user.clone(), json: args.json, interactive, turns: 0 };
-    if interactive { run_interactive(&mut session).await } else { run_piped(&mut session).await }
+    let thread = args
+        .thread
+        .clone()
+        .unwrap_or_else(|| default_thread(args.user.as_deref()));
+    let mut session = Session {
+        settings,
+        runtime,
+        thread,
+        user: args.user.clone(),
+        json: args.json,
+        interactive,
+        turns: 0,
+    };
+    if interactive {
+        run_interactive(&mut session).await
+    } else {
+        run_piped(&mut session).await
+    }
 }
 
 async fn run_piped(session: &mut Session) -> anyhow::Result<()> {
@@ -191,7 +227,9 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
     loop {
         let line = match editor.readline("you › ") {
             Ok(l) => l,
-            Err(rustyline::error::ReadlineError::Interrupted | rustyline::error::ReadlineError::Eof) => break,
+            Err(
+                rustyline::error::ReadlineError::Interrupted | rustyline::error::ReadlineError::Eof,
+            ) => break,
             Err(e) => return Err(e.into()),
         };
         let text = line.trim().to_owned();
@@ -209,7 +247,13 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                 "exit" | "quit" | "q" => break,
                 "status" | "s" => {
                     println!("thread       {}", session.thread);
-                    println!("owner        {}", session.user.clone().unwrap_or_else(|| format!("{} (thread-scoped)", session.thread)));
+                    println!(
+                        "owner        {}",
+                        session
+                            .user
+                            .clone()
+                            .unwrap_or_else(|| format!("{} (thread-scoped)", session.thread))
+                    );
                     println!("memory       {}", session.runtime.memory_mode());
                     println!("mode         {}", session.runtime.mode());
                     println!("storage      {}", session.runtime.storage_label());
@@ -222,25 +266,48 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                         Err(e) => eprintln!("opencouch: could not end the session: {e:#}"),
                     }
                 }
+                "exercises" => {
+                    let _ = crate::admin::exercises(&crate::admin::ExercisesArgs {
+                        channel: None,
+                        approach: None,
+                    });
+                    println!();
+                }
+                "memory" | "m" => {
+                    let args: Vec<&str> = parts.collect();
+                    if let Err(e) = memory_command(session, &mut editor, &args).await {
+                        eprintln!("opencouch: {e:#}");
+                    }
+                    println!();
+                }
                 "incognito" => {
                     if session.runtime.memory_mode() == MemoryMode::Incognito {
                         println!("Already incognito.\n");
                     } else {
-                        session.runtime = Runtime::from_settings(&session.settings, MemoryMode::Incognito).await?;
+                        session.runtime =
+                            Runtime::from_settings(&session.settings, MemoryMode::Incognito)
+                                .await?;
                         session.thread = format!("{}:incognito", session.thread);
-                        println!("Incognito: nothing from now on is saved, and saved memory is not used.\n");
+                        println!(
+                            "Incognito: nothing from now on is saved, and saved memory is not used.\n"
+                        );
                     }
                 }
                 "mode" => match parts.next().map(str::parse::<RuntimeMode>) {
                     Some(Ok(mode)) => {
                         let mut settings = session.settings.clone();
                         settings.mode = mode;
-                        session.runtime = Runtime::from_settings(&settings, session.runtime.memory_mode()).await?;
+                        session.runtime =
+                            Runtime::from_settings(&settings, session.runtime.memory_mode())
+                                .await?;
                         session.settings = settings;
                         println!("Mode: {} (effective: {}).\n", mode, session.runtime.mode());
                     }
                     Some(Err(e)) => println!("{e}\n"),
-                    None => println!("Mode: {}. Use /mode deterministic|hybrid|auto.\n", session.runtime.mode()),
+                    None => println!(
+                        "Mode: {}. Use /mode deterministic|hybrid|auto.\n",
+                        session.runtime.mode()
+                    ),
                 },
                 other => println!("Unknown command /{other}. Type /help for the list.\n"),
             }
@@ -256,7 +323,121 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
         }
         let _ = editor.save_history(&hist);
     }
-    println!("Take care. Your conversation is {}.", if session.runtime.memory_mode() == MemoryMode::Persistent { "saved; continue it with the same --thread" } else { "not saved" });
+    println!(
+        "Take care. Your conversation is {}.",
+        if session.runtime.memory_mode() == MemoryMode::Persistent {
+            "saved; continue it with the same --thread"
+        } else {
+            "not saved"
+        }
+    );
+    Ok(())
+}
+
+fn owner(session: &Session) -> String {
+    session
+        .user
+        .clone()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| session.thread.clone())
+}
+
+/// `/memory …`: explicit commands typed by the person, so they act directly
+/// (deletions still ask to confirm).
+async fn memory_command(
+    session: &mut Session,
+    editor: &mut rustyline::DefaultEditor,
+    args: &[&str],
+) -> anyhow::Result<()> {
+    use opencouch_memory::control::{ControlContext, MemoryAction, PendingChange, TargetKind};
+    let rt = &session.runtime;
+    let owner = owner(session);
+    let service = opencouch_runtime::memory::control_service(rt);
+    let ctx = ControlContext {
+        owner_id: Some(&owner),
+        memory_mode: rt.memory_mode(),
+        now: chrono::Utc::now(),
+    };
+    let kind_of = |w: &str| match w {
+        "fact" | "facts" => Some(TargetKind::Fact),
+        "session" | "sessions" => Some(TargetKind::Session),
+        "rule" | "rules" => Some(TargetKind::Rule),
+        _ => None,
+    };
+    match args {
+        [] | ["status"] => println!(
+            "{}",
+            service
+                .handle(&ctx, MemoryAction::Status, None)
+                .await?
+                .reply
+        ),
+        ["list", ..] => {
+            if rt.memory_mode() == MemoryMode::Incognito {
+                println!("{}", opencouch_memory::control::GUEST_MODE_REPLY);
+            } else {
+                crate::memory_cmd::print_inspect(rt, &owner).await?;
+            }
+        }
+        ["recall", v @ ("on" | "off")] => {
+            let action = MemoryAction::SetRecall {
+                enabled: *v == "on",
+            };
+            println!("{}", service.handle(&ctx, action, None).await?.reply);
+        }
+        ["forget", kind, n] => {
+            let (Some(target_kind), Ok(target_index)) = (kind_of(kind), n.parse::<usize>()) else {
+                anyhow::bail!("usage: /memory forget fact|session|rule N");
+            };
+            let prepared = service
+                .handle(
+                    &ctx,
+                    MemoryAction::ForgetByIndex {
+                        target_kind,
+                        target_index,
+                    },
+                    None,
+                )
+                .await?;
+            println!("{}", prepared.reply);
+            let PendingChange::Set(pending) = prepared.pending else {
+                return Ok(());
+            };
+            let answer = editor.readline("Delete it? [y/N] › ").unwrap_or_default();
+            let action = if matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+                MemoryAction::ConfirmPending
+            } else {
+                MemoryAction::CancelPending
+            };
+            println!(
+                "{}",
+                service.handle(&ctx, action, Some(&pending)).await?.reply
+            );
+        }
+        ["clear", kind] => {
+            let which = match *kind {
+                "facts" => crate::memory_cmd::ClearKind::Facts,
+                "sessions" => crate::memory_cmd::ClearKind::Sessions,
+                "rules" => crate::memory_cmd::ClearKind::Rules,
+                "all" => crate::memory_cmd::ClearKind::All,
+                _ => anyhow::bail!("usage: /memory clear facts|sessions|rules|all"),
+            };
+            if rt.memory_mode() == MemoryMode::Incognito {
+                println!("{}", opencouch_memory::control::GUEST_MODE_REPLY);
+                return Ok(());
+            }
+            let answer = editor
+                .readline(&format!("Type CLEAR to delete {kind} permanently › "))
+                .unwrap_or_default();
+            if answer.trim() == "CLEAR" {
+                let n = crate::memory_cmd::clear(rt, &owner, which).await?;
+                println!("Deleted {n} items.");
+            } else {
+                println!("Nothing deleted.");
+            }
+        }
+        _ => println!("Unknown /memory command. Type /help for the list."),
+    }
     Ok(())
 }
 

@@ -11,6 +11,9 @@ use clap::{Args, Parser, Subcommand};
 
 mod admin;
 mod chat;
+mod eval_crisis;
+mod eval_memory;
+mod memory_cmd;
 use opencouch_config::{Overrides, Settings};
 use opencouch_core::{MemoryMode, RuntimeMode};
 
@@ -65,9 +68,27 @@ enum Command {
     CrisisLog(admin::CrisisLogCmd),
     /// List the guided exercises
     Exercises(admin::ExercisesArgs),
+    /// Inspect or clear a person's saved memory
+    #[command(subcommand)]
+    Memory(memory_cmd::MemoryCmd),
+    /// Measure the crisis gate or memory retrieval on labelled data
+    #[command(subcommand)]
+    Eval(EvalCmd),
 }
 
-fn load_settings(g: &GlobalArgs, memory_mode: Option<MemoryMode>, listen: Option<String>) -> anyhow::Result<Settings> {
+#[derive(Subcommand, Debug)]
+enum EvalCmd {
+    /// Crisis-gate precision / recall on a labelled file (jsonl, twitter, kaggle, dreaddit)
+    Crisis(eval_crisis::EvalCrisisArgs),
+    /// LoCoMo recall@k of evidence turns for token, embedding or hybrid retrieval
+    Memory(eval_memory::EvalMemoryArgs),
+}
+
+fn load_settings(
+    g: &GlobalArgs,
+    memory_mode: Option<MemoryMode>,
+    listen: Option<String>,
+) -> anyhow::Result<Settings> {
     let overrides = Overrides {
         mode: g.mode,
         memory_mode,
@@ -80,9 +101,18 @@ fn load_settings(g: &GlobalArgs, memory_mode: Option<MemoryMode>, listen: Option
 }
 
 fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
-    let overrides = Overrides { mode: g.mode, data_dir: g.data_dir.clone(), database_url: g.database_url.clone(), ..Default::default() };
+    let overrides = Overrides {
+        mode: g.mode,
+        data_dir: g.data_dir.clone(),
+        database_url: g.database_url.clone(),
+        ..Default::default()
+    };
     let loaded = Settings::load(g.config.as_deref(), &overrides)?;
-    let file = loaded.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none)".into());
+    let file = loaded
+        .config_file
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(none)".into());
     println!("config file: {file}");
     let rows = loaded.settings.display_rows();
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -94,35 +124,70 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
 
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("OPENCOUCH_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter =
+        EnvFilter::try_from_env("OPENCOUCH_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Config => cmd_config(&cli.global),
+        Command::Config | Command::Exercises(_) | Command::Eval(_) => unreachable_sync_command(),
         Command::Chat(args) => {
             let settings = load_settings(&cli.global, None, None)?;
             chat::run(&args, settings).await
         }
         Command::Threads(cmd) => admin::threads(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Db(cmd) => admin::db(cmd, load_settings(&cli.global, None, None)?).await,
-        Command::CrisisLog(cmd) => admin::crisis_log(cmd, load_settings(&cli.global, None, None)?).await,
-        Command::Exercises(args) => admin::exercises(&args),
+        Command::CrisisLog(cmd) => {
+            admin::crisis_log(cmd, load_settings(&cli.global, None, None)?).await
+        }
+        Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,
     }
+}
+
+/// Commands that need no async runtime (the memory evaluation builds its
+/// own). Returns `None` for the others.
+fn dispatch_sync(cli: &Cli) -> Option<anyhow::Result<()>> {
+    match &cli.command {
+        Command::Config => Some(cmd_config(&cli.global)),
+        Command::Exercises(args) => Some(admin::exercises(args)),
+        Command::Eval(EvalCmd::Crisis(args)) => {
+            let mut args = args.clone();
+            args.mode = cli.global.mode;
+            Some(eval_crisis::run(&args))
+        }
+        Command::Eval(EvalCmd::Memory(args)) => Some(eval_memory::run(args)),
+        _ => None,
+    }
+}
+
+fn unreachable_sync_command() -> anyhow::Result<()> {
+    anyhow::bail!("internal error: a synchronous command reached the async dispatcher")
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    if let Some(result) = dispatch_sync(&cli) {
+        return finish(result);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("opencouch: could not start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
-    let result = runtime.block_on(dispatch(cli));
+    finish(runtime.block_on(dispatch(cli)))
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -12,10 +12,14 @@ use async_trait::async_trait;
 use chrono::Utc;
 use opencouch_config::Settings;
 use opencouch_core::{AgentInput, CrisisLevel, Diagnostics, MemoryMode};
-use opencouch_memory::backend::{BackendError, MemoryBackend as Backend, MemoryRecord as MemRecord, StoredEmbedding};
+use opencouch_memory::backend::{
+    BackendError, MemoryBackend as Backend, MemoryRecord as MemRecord, StoredEmbedding,
+};
 use opencouch_memory::policy::{ExtractionGate, SessionMemoryBuffer};
 use opencouch_memory::{Embedder, RetrievalRequest, SessionArc};
-use opencouch_store::{ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore};
+use opencouch_store::{
+    ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore,
+};
 
 use crate::plan::RoutePlan;
 use crate::runtime::Runtime;
@@ -63,7 +67,10 @@ fn to_store(r: MemRecord) -> StoreRecord {
         last_referenced_at: Some(r.updated_at),
         dormant_at: None,
         user_visible: r.user_visible,
-        embedding: r.embedding.map(|e| Embedding { model: e.model, values: e.vector }),
+        embedding: r.embedding.map(|e| Embedding {
+            model: e.model,
+            values: e.vector,
+        }),
     }
 }
 
@@ -77,7 +84,11 @@ fn from_store(r: StoreRecord) -> MemRecord {
         created_at: r.created_at,
         updated_at: r.last_referenced_at.unwrap_or(r.created_at),
         user_visible: r.user_visible,
-        embedding: r.embedding.map(|e| StoredEmbedding { dim: e.values.len(), vector: e.values, model: e.model }),
+        embedding: r.embedding.map(|e| StoredEmbedding {
+            dim: e.values.len(),
+            vector: e.values,
+            model: e.model,
+        }),
     }
 }
 
@@ -87,22 +98,41 @@ fn store_err(e: opencouch_store::StoreError) -> BackendError {
 
 #[async_trait]
 impl Backend for StoreBackend {
-    async fn list(&self, owner_id: &str, kind: opencouch_memory::MemoryKind) -> Result<Vec<MemRecord>, BackendError> {
-        let rows = self.store.list(owner_id, kind_to_store(kind)).await.map_err(store_err)?;
+    async fn list(
+        &self,
+        owner_id: &str,
+        kind: opencouch_memory::MemoryKind,
+    ) -> Result<Vec<MemRecord>, BackendError> {
+        let rows = self
+            .store
+            .list(owner_id, kind_to_store(kind))
+            .await
+            .map_err(store_err)?;
         Ok(rows.into_iter().map(from_store).collect())
     }
     async fn put(&self, record: MemRecord) -> Result<(), BackendError> {
         self.store.put(&to_store(record)).await.map_err(store_err)
     }
     async fn update(&self, record: MemRecord) -> Result<bool, BackendError> {
-        self.store.update(&to_store(record)).await.map_err(store_err)
+        self.store
+            .update(&to_store(record))
+            .await
+            .map_err(store_err)
     }
-    async fn delete(&self, owner_id: &str, kind: opencouch_memory::MemoryKind, id: &str) -> Result<bool, BackendError> {
-        self.store.delete(owner_id, kind_to_store(kind), id).await.map_err(store_err)
+    async fn delete(
+        &self,
+        owner_id: &str,
+        kind: opencouch_memory::MemoryKind,
+        id: &str,
+    ) -> Result<bool, BackendError> {
+        self.store
+            .delete(owner_id, kind_to_store(kind), id)
+            .await
+            .map_err(store_err)
     }
 }
 
-pub(crate) fn backend(rt: &Runtime) -> StoreBackend {
+pub fn backend(rt: &Runtime) -> StoreBackend {
     StoreBackend::new(rt.inner.stores.memory.clone())
 }
 
@@ -119,7 +149,12 @@ pub struct LoadedMemory {
 
 /// Per-turn retrieval. Incognito and store failures give empty memory
 /// (the turn goes on); diagnostics say which.
-pub(crate) async fn load_for_turn(rt: &Runtime, input: &AgentInput, query: &str, first_turn: bool) -> LoadedMemory {
+pub(crate) async fn load_for_turn(
+    rt: &Runtime,
+    input: &AgentInput,
+    query: &str,
+    first_turn: bool,
+) -> LoadedMemory {
     let mut out = LoadedMemory::default();
     if rt.memory_mode() == MemoryMode::Incognito {
         out.diagnostics.set("retrieval_path", "skipped_incognito");
@@ -127,7 +162,12 @@ pub(crate) async fn load_for_turn(rt: &Runtime, input: &AgentInput, query: &str,
     }
     let backend = backend(rt);
     let embedder = rt.inner.embedder.as_deref();
-    let req = RetrievalRequest { owner_id: input.owner_id(), query, first_turn_of_session: first_turn, now: Utc::now() };
+    let req = RetrievalRequest {
+        owner_id: input.owner_id(),
+        query,
+        first_turn_of_session: first_turn,
+        now: Utc::now(),
+    };
     match opencouch_memory::retrieve(&backend, embedder, &req).await {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
@@ -156,18 +196,26 @@ fn prompt_line(e: &opencouch_memory::WorkingMemoryEntry) -> String {
 }
 
 /// Stores a session arc (with its embedding when a provider exists).
-pub(crate) async fn store_arc(rt: &Runtime, owner: &str, arc: &SessionArc) -> Result<(), BackendError> {
+pub(crate) async fn store_arc(
+    rt: &Runtime,
+    owner: &str,
+    arc: &SessionArc,
+) -> Result<(), BackendError> {
     if rt.memory_mode() == MemoryMode::Incognito {
         return Ok(());
     }
     let embedding = match rt.inner.embedder.as_deref() {
-        Some(e) => opencouch_memory::retrieval::embed_for_storage(e, std::slice::from_ref(&arc.summary))
-            .await
-            .ok()
-            .and_then(|mut v| v.pop()),
+        Some(e) => {
+            opencouch_memory::retrieval::embed_for_storage(e, std::slice::from_ref(&arc.summary))
+                .await
+                .ok()
+                .and_then(|mut v| v.pop())
+        }
         None => None,
     };
-    backend(rt).put(MemRecord::from_arc(owner, arc, embedding)).await
+    backend(rt)
+        .put(MemRecord::from_arc(owner, arc, embedding))
+        .await
 }
 
 /// The write policy after a turn: extraction is skipped on crisis,
@@ -184,7 +232,8 @@ pub(crate) fn after_turn(
     turn_index: u64,
 ) -> Diagnostics {
     let mut diag = Diagnostics::new();
-    let mut buffer: SessionMemoryBuffer = serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
+    let mut buffer: SessionMemoryBuffer =
+        serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
     if let Some(a) = outcome.approach
         && a != opencouch_core::Approach::None
     {
@@ -202,12 +251,18 @@ pub(crate) fn after_turn(
     };
     match opencouch_memory::policy::extraction_skip_reason(&gate) {
         Some(reason) => {
-            diag.set("memory_extraction", format!("skipped_{}", skip_name(reason)));
+            diag.set(
+                "memory_extraction",
+                format!("skipped_{}", skip_name(reason)),
+            );
         }
         None => {
             let mut held = 0u64;
             for c in opencouch_memory::policy::extract_candidates(&input.message, turn_index) {
-                if matches!(buffer.admit(c), opencouch_memory::policy::Admission::Held { .. }) {
+                if matches!(
+                    buffer.admit(c),
+                    opencouch_memory::policy::Admission::Held { .. }
+                ) {
                     held += 1;
                 }
             }
@@ -237,7 +292,9 @@ pub fn embedder_from_settings(settings: &Settings) -> Option<EmbedderHandle> {
     crate::embeddings::from_settings(settings)
 }
 
-fn pending_from_state(v: Option<&serde_json::Value>) -> Option<opencouch_memory::control::PendingAction> {
+fn pending_from_state(
+    v: Option<&serde_json::Value>,
+) -> Option<opencouch_memory::control::PendingAction> {
     v.and_then(|v| opencouch_memory::control::PendingAction::from_json(v).ok())
 }
 
@@ -248,7 +305,9 @@ pub(crate) fn is_memory_command(message: &str, pending: Option<&serde_json::Valu
     opencouch_memory::control::parse_command(message, pending.as_ref()).is_some()
 }
 
-fn pending_update(change: &opencouch_memory::control::PendingChange) -> opencouch_core::state::PendingUpdate {
+fn pending_update(
+    change: &opencouch_memory::control::PendingChange,
+) -> opencouch_core::state::PendingUpdate {
     use opencouch_core::state::PendingUpdate;
     use opencouch_memory::control::PendingChange;
     match change {
@@ -293,7 +352,14 @@ impl crate::agent::Tool for MemoryTool {
             now: Utc::now(),
         };
         let embedder = self.rt.inner.embedder.as_deref();
-        let result = opencouch_memory::control::dispatch_tool(&service, embedder, &self.spec.name, &args, &tctx).await;
+        let result = opencouch_memory::control::dispatch_tool(
+            &service,
+            embedder,
+            &self.spec.name,
+            &args,
+            &tctx,
+        )
+        .await;
         let update = pending_update(&result.pending);
         if !matches!(update, opencouch_core::state::PendingUpdate::Keep) {
             ctx.with_effects(|e| e.pending_memory_action = update);
@@ -303,13 +369,19 @@ impl crate::agent::Tool for MemoryTool {
 }
 
 /// The memory tools for the current mode (incognito: only the status tool).
-pub(crate) fn memory_tools(rt: &Runtime, pending: Option<&serde_json::Value>) -> Vec<Arc<dyn crate::agent::Tool>> {
+pub(crate) fn memory_tools(
+    rt: &Runtime,
+    pending: Option<&serde_json::Value>,
+) -> Vec<Arc<dyn crate::agent::Tool>> {
     let pending = pending_from_state(pending);
     opencouch_memory::control::tool_specs(rt.memory_mode())
         .iter()
         .map(|v| {
-            Arc::new(MemoryTool { spec: crate::tools::spec_from_json(v), rt: rt.clone(), pending: pending.clone() })
-                as Arc<dyn crate::agent::Tool>
+            Arc::new(MemoryTool {
+                spec: crate::tools::spec_from_json(v),
+                rt: rt.clone(),
+                pending: pending.clone(),
+            }) as Arc<dyn crate::agent::Tool>
         })
         .collect()
 }
@@ -321,7 +393,10 @@ forget something (\"forget fact 2\"). Deleting always asks you to confirm first.
 /// The memory-control turn. The deterministic parser decides first (the
 /// app owns mutations); in hybrid mode a model with the memory tools handles
 /// what the parser does not understand, through the intent gate.
-pub(crate) async fn control_turn(rt: &Runtime, si: &crate::specialists::SpecialistInput<'_>) -> SpecialistOutcome {
+pub(crate) async fn control_turn(
+    rt: &Runtime,
+    si: &crate::specialists::SpecialistInput<'_>,
+) -> SpecialistOutcome {
     use opencouch_core::ResponseStyle;
     use opencouch_memory::control::ControlContext;
     let mut diag = Diagnostics::new();
@@ -330,15 +405,21 @@ pub(crate) async fn control_turn(rt: &Runtime, si: &crate::specialists::Speciali
     let privacy_request = opencouch_memory::policy::is_memory_control_request(&si.input.message);
     let service = control_service(rt);
     let owner = si.input.owner_id().to_owned();
-    let ctx = ControlContext { owner_id: Some(&owner), memory_mode: rt.memory_mode(), now: Utc::now() };
+    let ctx = ControlContext {
+        owner_id: Some(&owner),
+        memory_mode: rt.memory_mode(),
+        now: Utc::now(),
+    };
     let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref());
-    let finish = |text: String, update: opencouch_core::state::PendingUpdate, diag: Diagnostics| SpecialistOutcome {
-        text,
-        style: ResponseStyle::MemoryControl,
-        pending_memory_action: update,
-        diagnostics: diag,
-        privacy_request,
-        ..Default::default()
+    let finish = |text: String, update: opencouch_core::state::PendingUpdate, diag: Diagnostics| {
+        SpecialistOutcome {
+            text,
+            style: ResponseStyle::MemoryControl,
+            pending_memory_action: update,
+            diagnostics: diag,
+            privacy_request,
+            ..Default::default()
+        }
     };
     if let Some(action) = parsed {
         diag.set("memory_control_path", "deterministic");
@@ -354,10 +435,15 @@ pub(crate) async fn control_turn(rt: &Runtime, si: &crate::specialists::Speciali
     }
     let Some(model) = rt.inner.model.clone() else {
         diag.set("memory_control_path", "help");
-        return finish(MEMORY_HELP.to_owned(), opencouch_core::state::PendingUpdate::Keep, diag);
+        return finish(
+            MEMORY_HELP.to_owned(),
+            opencouch_core::state::PendingUpdate::Keep,
+            diag,
+        );
     };
     diag.set("memory_control_path", "model_tools");
-    let spec = crate::specialists::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
+    let spec =
+        crate::specialists::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
     let toolbox = crate::agent::Toolbox::new(memory_tools(rt, stored));
     let tctx = crate::specialists::tool_context(rt, si);
     match crate::agent::run_tool_loop(
@@ -370,18 +456,30 @@ pub(crate) async fn control_turn(rt: &Runtime, si: &crate::specialists::Speciali
     .await
     {
         Ok(o) => {
-            let names: Vec<serde_json::Value> = o.calls.iter().map(|c| serde_json::Value::from(c.name.clone())).collect();
+            let names: Vec<serde_json::Value> = o
+                .calls
+                .iter()
+                .map(|c| serde_json::Value::from(c.name.clone()))
+                .collect();
             diag.set("memory_control_tool_calls", serde_json::Value::Array(names));
             let update = tctx
                 .with_effects(|e| std::mem::take(&mut e.pending_memory_action))
                 .unwrap_or(opencouch_core::state::PendingUpdate::Keep);
             let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            let text = if text.trim().is_empty() { MEMORY_HELP.to_owned() } else { text };
+            let text = if text.trim().is_empty() {
+                MEMORY_HELP.to_owned()
+            } else {
+                text
+            };
             finish(text, update, diag)
         }
         Err(e) => {
             diag.set("openai_sdk_fallback_reason", e.kind());
-            finish(MEMORY_HELP.to_owned(), opencouch_core::state::PendingUpdate::Keep, diag)
+            finish(
+                MEMORY_HELP.to_owned(),
+                opencouch_core::state::PendingUpdate::Keep,
+                diag,
+            )
         }
     }
 }
@@ -427,15 +525,24 @@ pub(crate) async fn promote_at_session_end(
     if rt.memory_mode() == MemoryMode::Incognito {
         return Ok(());
     }
-    let buffer: SessionMemoryBuffer = serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
+    let buffer: SessionMemoryBuffer =
+        serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
     if buffer.is_empty() {
         return Ok(());
     }
     let backend = backend(rt);
-    let prior_facts = opencouch_memory::backend::active_facts(&backend, owner).await.map_err(|e| e.to_string())?;
-    let profile = opencouch_memory::backend::load_profile(&backend, owner).await.map_err(|e| e.to_string())?;
+    let prior_facts = opencouch_memory::backend::active_facts(&backend, owner)
+        .await
+        .map_err(|e| e.to_string())?;
+    let profile = opencouch_memory::backend::load_profile(&backend, owner)
+        .await
+        .map_err(|e| e.to_string())?;
     let prior_rules: Vec<_> = profile.active_rules().cloned().collect();
-    let user_turns: Vec<String> = transcript.iter().filter(|m| m.is_user()).map(|m| m.content.clone()).collect();
+    let user_turns: Vec<String> = transcript
+        .iter()
+        .filter(|m| m.is_user())
+        .map(|m| m.content.clone())
+        .collect();
     let now = Utc::now();
     let ctx = opencouch_memory::policy::PromotionContext {
         transcript_user_turns: &user_turns,

@@ -1,0 +1,552 @@
+//! LoCoMo retrieval evaluation: recall@k of the evidence turns.
+//!
+//! Every turn of a conversation becomes one memory record; each QA question
+//! (category 5, adversarial, is skipped) is a query; recall@k is the share
+//! of the question's evidence turns (`dia_id`s) found in the top k,
+//! averaged per category and overall. Data is read from a path given at run
+//! time and never copied; predictions hold ids only, never dataset text.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::backend::StoredEmbedding;
+use crate::retrieval::{EmbedError, Embedder, MemoryIndex, SearchMode};
+
+/// The adversarial category, excluded from recall.
+pub const SKIPPED_CATEGORY: u8 = 5;
+
+/// An evaluation failure.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// OS error text.
+        reason: String,
+    },
+    /// A file is not LoCoMo JSON.
+    #[error("{path} is not a LoCoMo conversation file: {reason}")]
+    Format {
+        /// The path.
+        path: PathBuf,
+        /// What was wrong (no dataset text).
+        reason: String,
+    },
+    /// No conversation files were found.
+    #[error("no LoCoMo .json files under {0}")]
+    Empty(PathBuf),
+    /// The retriever needs an embedder.
+    #[error("the {0:?} retriever needs an embedding model")]
+    EmbedderRequired(SearchMode),
+    /// Embedding failed.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+}
+
+/// One dialogue turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocomoTurn {
+    /// Turn id, e.g. `D3:7`.
+    pub dia_id: String,
+    /// Speaker name.
+    pub speaker: String,
+    /// Utterance.
+    pub text: String,
+    /// Image caption shared with the turn, if any.
+    pub caption: Option<String>,
+    /// Session number.
+    pub session: u32,
+}
+
+impl LocomoTurn {
+    /// The text indexed for the turn: "Speaker: text [image: caption]".
+    pub fn record_text(&self) -> String {
+        match &self.caption {
+            Some(c) => format!("{}: {} [image: {c}]", self.speaker, self.text),
+            None => format!("{}: {}", self.speaker, self.text),
+        }
+    }
+}
+
+/// One QA item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocomoQa {
+    /// Question.
+    pub question: String,
+    /// Evidence turn ids.
+    pub evidence: Vec<String>,
+    /// 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial.
+    pub category: u8,
+}
+
+/// One conversation with its questions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocomoConversation {
+    /// File stem or `sample_id`.
+    pub sample_id: String,
+    /// Turns in session order.
+    pub turns: Vec<LocomoTurn>,
+    /// Questions.
+    pub qa: Vec<LocomoQa>,
+}
+
+fn evidence_ids(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut push = |s: &str| {
+        for part in s.split([';', ',', ' ']) {
+            let p = part.trim();
+            if p.starts_with('D') && p.contains(':') {
+                out.push(p.to_owned());
+            }
+        }
+    };
+    match v {
+        Value::Array(items) => items.iter().filter_map(Value::as_str).for_each(&mut push),
+        Value::String(s) => push(s),
+        _ => {}
+    }
+    out
+}
+
+fn parse_conversation(
+    sample_id: String,
+    conv: &Value,
+    qa: &Value,
+) -> Result<LocomoConversation, String> {
+    let obj = conv.as_object().ok_or("conversation is not an object")?;
+    let mut sessions: Vec<(u32, &Vec<Value>)> = obj
+        .iter()
+        .filter_map(|(k, v)| {
+            let n = k.strip_prefix("session_")?.parse::<u32>().ok()?;
+            Some((n, v.as_array()?))
+        })
+        .collect();
+    sessions.sort_by_key(|(n, _)| *n);
+    let mut turns = Vec::new();
+    for (session, items) in sessions {
+        for t in items {
+            let (Some(dia_id), Some(text)) = (
+                t.get("dia_id").and_then(Value::as_str),
+                t.get("text").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            turns.push(LocomoTurn {
+                dia_id: dia_id.to_owned(),
+                speaker: t
+                    .get("speaker")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                text: text.to_owned(),
+                caption: t
+                    .get("blip_caption")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                session,
+            });
+        }
+    }
+    let qa = qa
+        .as_array()
+        .ok_or("qa is not a list")?
+        .iter()
+        .filter_map(|q| {
+            Some(LocomoQa {
+                question: q.get("question")?.as_str()?.to_owned(),
+                evidence: evidence_ids(q.get("evidence").unwrap_or(&Value::Null)),
+                category: u8::try_from(q.get("category")?.as_u64()?).ok()?,
+            })
+        })
+        .collect();
+    Ok(LocomoConversation {
+        sample_id,
+        turns,
+        qa,
+    })
+}
+
+fn parse_file(path: &Path) -> Result<Vec<LocomoConversation>, EvalError> {
+    let text = std::fs::read_to_string(path).map_err(|e| EvalError::Io {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| EvalError::Format {
+        path: path.to_owned(),
+        reason: format!("invalid JSON at line {}", e.line()),
+    })?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let fmt = |reason: String| EvalError::Format {
+        path: path.to_owned(),
+        reason,
+    };
+    match &v {
+        // One conversation per file: sessions at the top level, with `qa`.
+        Value::Object(o) if o.contains_key("qa") && !o.contains_key("conversation") => {
+            Ok(vec![parse_conversation(stem, &v, &v["qa"]).map_err(fmt)?])
+        }
+        // {sample_id, conversation, qa}
+        Value::Object(o) if o.contains_key("conversation") => {
+            let id = o
+                .get("sample_id")
+                .and_then(Value::as_str)
+                .map_or(stem, str::to_owned);
+            Ok(vec![
+                parse_conversation(id, &v["conversation"], &v["qa"]).map_err(fmt)?,
+            ])
+        }
+        // The original locomo10.json: a list of {sample_id, conversation, qa}.
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| {
+                let id = it
+                    .get("sample_id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("{stem}-{i}"), str::to_owned);
+                parse_conversation(
+                    id,
+                    it.get("conversation").unwrap_or(&Value::Null),
+                    it.get("qa").unwrap_or(&Value::Null),
+                )
+                .map_err(fmt)
+            })
+            .collect(),
+        _ => Err(fmt(
+            "expected an object with `qa` or a list of samples".to_owned()
+        )),
+    }
+}
+
+/// Loads one LoCoMo file or every `*.json` file of a directory (sorted).
+///
+/// # Errors
+/// [`EvalError`] for unreadable or malformed files, or an empty directory.
+pub fn load_locomo(path: &Path) -> Result<Vec<LocomoConversation>, EvalError> {
+    if path.is_dir() {
+        let rd = std::fs::read_dir(path).map_err(|e| EvalError::Io {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let mut files: Vec<PathBuf> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(EvalError::Empty(path.to_owned()));
+        }
+        let mut out = Vec::new();
+        for f in files {
+            out.extend(parse_file(&f)?);
+        }
+        Ok(out)
+    } else {
+        parse_file(path)
+    }
+}
+
+/// Recall of one category.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct CategoryScore {
+    /// Questions scored.
+    pub questions: usize,
+    /// Mean share of evidence turns in the top k.
+    pub recall: f64,
+    /// Share of questions with at least one evidence turn in the top k.
+    pub hit_rate: f64,
+}
+
+/// One question's result (ids only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Conversation id.
+    pub sample_id: String,
+    /// Index of the question in the conversation's `qa`.
+    pub question_index: usize,
+    /// Category.
+    pub category: u8,
+    /// Evidence turn ids.
+    pub evidence: Vec<String>,
+    /// Retrieved turn ids, best first.
+    pub retrieved: Vec<String>,
+    /// Recall@k of this question.
+    pub recall: f64,
+}
+
+/// The evaluation result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// k.
+    pub k: usize,
+    /// Retriever.
+    pub retriever: SearchMode,
+    /// Per category (5 excluded).
+    pub per_category: BTreeMap<u8, CategoryScore>,
+    /// Over all scored questions.
+    pub overall: CategoryScore,
+    /// Median search latency per query, excluding the query embedding (ms).
+    pub search_p50_ms: f64,
+    /// Time spent embedding turns and questions (s).
+    pub embed_seconds: f64,
+    /// Texts embedded.
+    pub embedded_texts: usize,
+    /// Per-question results.
+    pub predictions: Vec<Prediction>,
+}
+
+impl EvalReport {
+    /// A compact JSON summary (no predictions).
+    pub fn summary_json(&self) -> Value {
+        json!({
+            "k": self.k,
+            "retriever": self.retriever,
+            "overall": self.overall,
+            "per_category": self.per_category,
+            "search_p50_ms": self.search_p50_ms,
+            "embed_seconds": self.embed_seconds,
+            "embedded_texts": self.embedded_texts,
+        })
+    }
+}
+
+/// Candidates per list before fusion: max(k×5, 50).
+pub fn candidate_pool(k: usize) -> usize {
+    (k * 5).max(50)
+}
+
+/// recall@k of `retrieved` against `evidence` (0 when there is no evidence).
+pub fn recall_at_k(evidence: &[String], retrieved: &[String], k: usize) -> f64 {
+    let ev: HashSet<&String> = evidence.iter().collect();
+    if ev.is_empty() {
+        return 0.0;
+    }
+    let top: HashSet<&String> = retrieved.iter().take(k).collect();
+    ev.iter().filter(|e| top.contains(*e)).count() as f64 / ev.len() as f64
+}
+
+fn mean_scores(preds: &[&Prediction]) -> CategoryScore {
+    if preds.is_empty() {
+        return CategoryScore::default();
+    }
+    let n = preds.len() as f64;
+    CategoryScore {
+        questions: preds.len(),
+        recall: preds.iter().map(|p| p.recall).sum::<f64>() / n,
+        hit_rate: preds.iter().filter(|p| p.recall > 0.0).count() as f64 / n,
+    }
+}
+
+/// Runs the evaluation with one retriever.
+///
+/// # Errors
+/// [`EvalError::EmbedderRequired`] for embedding/hybrid without an embedder;
+/// [`EvalError::Embed`] when embedding fails.
+pub async fn evaluate(
+    conversations: &[LocomoConversation],
+    k: usize,
+    retriever: SearchMode,
+    embedder: Option<&dyn Embedder>,
+) -> Result<EvalReport, EvalError> {
+    let embedder = match (retriever, embedder) {
+        (SearchMode::Token, _) => None,
+        (_, Some(e)) => Some(e),
+        (mode, None) => return Err(EvalError::EmbedderRequired(mode)),
+    };
+    let mut predictions = Vec::new();
+    let mut times = Vec::new();
+    let mut embed_seconds = 0.0;
+    let mut embedded_texts = 0;
+    for conv in conversations {
+        let values: Vec<Value> = conv
+            .turns
+            .iter()
+            .map(|t| json!({"text": t.record_text()}))
+            .collect();
+        let questions: Vec<(usize, &LocomoQa)> = conv
+            .qa
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.category != SKIPPED_CATEGORY && !q.evidence.is_empty())
+            .collect();
+        let (turn_vecs, query_vecs) = match embedder {
+            Some(e) => {
+                let started = Instant::now();
+                let texts: Vec<String> = conv.turns.iter().map(LocomoTurn::record_text).collect();
+                let qs: Vec<String> = questions.iter().map(|(_, q)| q.question.clone()).collect();
+                let tv = e.embed(&texts).await?;
+                let qv = e.embed(&qs).await?;
+                embed_seconds += started.elapsed().as_secs_f64();
+                embedded_texts += texts.len() + qs.len();
+                let stored: Vec<StoredEmbedding> = tv
+                    .into_iter()
+                    .map(|v| StoredEmbedding {
+                        dim: v.len(),
+                        vector: v,
+                        model: e.model_id().to_owned(),
+                    })
+                    .collect();
+                (Some(stored), Some(qv))
+            }
+            None => (None, None),
+        };
+        let model = embedder.map(|e| (e.model_id(), e.dimension()));
+        let index = MemoryIndex::build(
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v, turn_vecs.as_ref().and_then(|t| t.get(i)))),
+            model,
+        );
+        for (qi, (index_in_qa, q)) in questions.iter().enumerate() {
+            let qv = query_vecs
+                .as_ref()
+                .and_then(|v| v.get(qi))
+                .map(Vec::as_slice);
+            let started = Instant::now();
+            let hits = index.search_pool(&q.question, qv, retriever, candidate_pool(k), k);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            let retrieved: Vec<String> = hits
+                .iter()
+                .map(|h| conv.turns[h.index].dia_id.clone())
+                .collect();
+            predictions.push(Prediction {
+                sample_id: conv.sample_id.clone(),
+                question_index: *index_in_qa,
+                category: q.category,
+                recall: recall_at_k(&q.evidence, &retrieved, k),
+                evidence: q.evidence.clone(),
+                retrieved,
+            });
+        }
+    }
+    let mut per_category = BTreeMap::new();
+    let cats: std::collections::BTreeSet<u8> = predictions.iter().map(|p| p.category).collect();
+    for c in cats {
+        let preds: Vec<&Prediction> = predictions.iter().filter(|p| p.category == c).collect();
+        per_category.insert(c, mean_scores(&preds));
+    }
+    let overall = mean_scores(&predictions.iter().collect::<Vec<_>>());
+    times.sort_by(f64::total_cmp);
+    let search_p50_ms = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    Ok(EvalReport {
+        k,
+        retriever,
+        per_category,
+        overall,
+        search_p50_ms,
+        embed_seconds,
+        embedded_texts,
+        predictions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Value {
+        // A synthetic conversation in the per-file LoCoMo shape (no dataset text).
+        json!({
+            "speaker_a": "Ann", "speaker_b": "Bo",
+            "session_1_date_time": "1 May 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a grey kitten called Pixel"},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely! I started pottery classes on Tuesdays"}
+            ],
+            "session_2": [
+                {"speaker": "Ann", "dia_id": "D2:1", "text": "Pixel knocked my plant over", "blip_caption": "a photo of a cat"},
+                {"speaker": "Bo", "dia_id": "D2:2", "text": "My pottery teacher praised my bowl"}
+            ],
+            "qa": [
+                {"question": "What is the name of Ann's kitten?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+                {"question": "What classes did Bo start?", "answer": 7, "evidence": ["D1:2; D2:2"], "category": 1},
+                {"question": "What did Bo adopt?", "evidence": ["D1:1"], "category": 5, "adversarial_answer": "x"}
+            ]
+        })
+    }
+
+    fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("oc-mem-eval-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn loads_all_three_shapes() {
+        let d = tmpdir("shapes");
+        let per_file = write(&d, "a.json", &sample());
+        let wrapped =
+            json!({"sample_id": "w1", "conversation": sample(), "qa": sample()["qa"].clone()});
+        write(&d, "b.json", &wrapped);
+        write(&d, "c.json", &json!([wrapped.clone(), wrapped]));
+        let one = load_locomo(&per_file).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].sample_id, "a");
+        assert_eq!(one[0].turns.len(), 4);
+        assert_eq!(one[0].turns[2].session, 2);
+        assert_eq!(
+            one[0].qa[1].evidence,
+            vec!["D1:2", "D2:2"],
+            "joined evidence is split"
+        );
+        let all = load_locomo(&d).unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[1].sample_id, "w1");
+        std::fs::write(d.join("bad.json"), "{\"nope\": 1}").unwrap();
+        assert!(matches!(
+            load_locomo(&d.join("bad.json")),
+            Err(EvalError::Format { .. })
+        ));
+        assert!(matches!(
+            load_locomo(&d.join("missing.json")),
+            Err(EvalError::Io { .. })
+        ));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn recall_at_k_table() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(recall_at_k(&s(&["a"]), &s(&["b", "a"]), 2), 1.0);
+        assert_eq!(recall_at_k(&s(&["a"]), &s(&["b", "a"]), 1), 0.0);
+        assert_eq!(recall_at_k(&s(&["a", "c"]), &s(&["c", "x"]), 5), 0.5);
+        assert_eq!(recall_at_k(&[], &s(&["c"]), 5), 0.0);
+    }
+
+    #[tokio::test]
+    async fn token_evaluation_skips_adversarial() {
+        let d = tmpdir("eval");
+        let convs = load_locomo(&write(&d, "a.json", &sample())).unwrap();
+        let r = evaluate(&convs, 2, SearchMode::Token, None).await.unwrap();
+        assert_eq!(r.overall.questions, 2);
+        assert!(!r.per_category.contains_key(&5));
+        assert_eq!(r.per_category[&4].recall, 1.0, "kitten question finds D1:1");
+        assert_eq!(
+            r.per_category[&1].recall, 1.0,
+            "pottery question finds both turns"
+        );
+        assert!(r.summary_json()["overall"]["recall"].as_f64().is_some());
+        assert!(matches!(
+            evaluate(&convs, 2, SearchMode::Hybrid, None).await,
+            Err(EvalError::EmbedderRequired(SearchMode::Hybrid))
+        ));
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

@@ -1,0 +1,195 @@
+//! The word lists of `data/lexicon.toml`, parsed once.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+const LEXICON_TOML: &str = include_str!("../data/lexicon.toml");
+
+/// Token lists.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Tokens {
+    pub stopwords: Vec<String>,
+}
+
+/// Small-talk gate vocabulary.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SmallTalk {
+    pub max_chars: usize,
+    pub words: Vec<String>,
+}
+
+/// Write-policy cue phrases.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PolicyCues {
+    pub memory_control: Vec<String>,
+    pub turn_scoped: Vec<String>,
+    pub durable: Vec<String>,
+    pub self_frames: Vec<String>,
+    pub self_beliefs: Vec<String>,
+    pub safety_conflict: Vec<String>,
+    pub instruction_markers: Vec<String>,
+}
+
+/// Memory-control parser phrases.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ControlPhrases {
+    pub confirm: Vec<String>,
+    pub cancel: Vec<String>,
+    pub list: Vec<String>,
+    pub status: Vec<String>,
+    pub recall_on: Vec<String>,
+    pub recall_off: Vec<String>,
+    pub save_prefixes: Vec<String>,
+    pub forget_prefixes: Vec<String>,
+    pub session_words: Vec<String>,
+    pub rule_words: Vec<String>,
+}
+
+/// The whole lexicon.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Lexicon {
+    pub tokens: Tokens,
+    pub small_talk: SmallTalk,
+    pub policy: PolicyCues,
+    pub control: ControlPhrases,
+    #[serde(skip)]
+    pub stopword_set: HashSet<String>,
+    #[serde(skip)]
+    pub small_talk_set: HashSet<String>,
+}
+
+pub(crate) fn parse(text: &str) -> Result<Lexicon, toml::de::Error> {
+    let mut lex: Lexicon = toml::from_str(text)?;
+    lex.stopword_set = lex.tokens.stopwords.iter().cloned().collect();
+    lex.small_talk_set = lex.small_talk.words.iter().cloned().collect();
+    Ok(lex)
+}
+
+/// The embedded lexicon. The data file is checked by a unit test; should it
+/// ever fail to parse at run time, an empty lexicon is used and an error
+/// logged (every gate then errs towards *not* writing memory).
+pub(crate) fn lexicon() -> &'static Lexicon {
+    static LEX: OnceLock<Lexicon> = OnceLock::new();
+    LEX.get_or_init(|| {
+        parse(LEXICON_TOML).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "memory lexicon failed to parse");
+            Lexicon::default()
+        })
+    })
+}
+
+/// Whether `phrase` occurs in `text` (both lowercase) on word boundaries.
+pub(crate) fn contains_phrase(text: &str, phrase: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while let Some(pos) = text[start..].find(phrase) {
+        let at = start + pos;
+        let end = at + phrase.len();
+        let before_ok = at == 0 || !is_word_byte(bytes[at - 1]);
+        let after_ok = end >= bytes.len() || !is_word_byte(bytes[end]);
+        if before_ok && after_ok {
+            return true;
+        }
+        start = at + phrase.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'\'' || b >= 0x80
+}
+
+/// Lowercases and folds typographic apostrophes to ASCII.
+pub(crate) fn fold(text: &str) -> String {
+    text.to_lowercase().replace(['\u{2019}', '\u{2018}'], "'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexicon_parses_and_is_clean() {
+        let lex = parse(LEXICON_TOML).expect("lexicon parses");
+        let c = &lex.control;
+        let p = &lex.policy;
+        let lists: Vec<(&str, &Vec<String>)> = vec![
+            ("stopwords", &lex.tokens.stopwords),
+            ("small_talk", &lex.small_talk.words),
+            ("memory_control", &p.memory_control),
+            ("turn_scoped", &p.turn_scoped),
+            ("durable", &p.durable),
+            ("self_frames", &p.self_frames),
+            ("self_beliefs", &p.self_beliefs),
+            ("safety_conflict", &p.safety_conflict),
+            ("instruction_markers", &p.instruction_markers),
+            ("confirm", &c.confirm),
+            ("cancel", &c.cancel),
+            ("list", &c.list),
+            ("status", &c.status),
+            ("recall_on", &c.recall_on),
+            ("recall_off", &c.recall_off),
+            ("save_prefixes", &c.save_prefixes),
+            ("forget_prefixes", &c.forget_prefixes),
+            ("session_words", &c.session_words),
+            ("rule_words", &c.rule_words),
+        ];
+        for (name, list) in lists {
+            assert!(!list.is_empty(), "{name} is empty");
+            let mut seen = HashSet::new();
+            for w in list {
+                assert!(!w.trim().is_empty(), "{name} has a blank entry");
+                assert_eq!(w, &w.to_lowercase(), "{name}: {w} must be lowercase");
+                assert_eq!(w, w.trim(), "{name}: {w} has stray spaces");
+                assert!(seen.insert(w), "{name}: duplicate {w}");
+            }
+        }
+        assert_eq!(lex.small_talk.max_chars, 40);
+        // The documented examples are present.
+        for w in [
+            "yes",
+            "yep",
+            "yeah",
+            "please do",
+            "do it",
+            "confirm",
+            "delete it",
+        ] {
+            assert!(c.confirm.iter().any(|x| x == w), "confirm word {w}");
+        }
+        for w in ["no", "nope", "cancel", "never mind", "don't", "stop"] {
+            assert!(c.cancel.iter().any(|x| x == w), "cancel word {w}");
+        }
+        for w in ["from now on", "always", "next time", "remember"] {
+            assert!(p.durable.iter().any(|x| x == w), "durable cue {w}");
+        }
+        for w in ["for now", "just today", "only this session"] {
+            assert!(p.turn_scoped.iter().any(|x| x == w), "turn-scoped cue {w}");
+        }
+        // No memory-control phrase is itself neutralised by a durable cue
+        // list entry that is the whole phrase.
+        assert!(
+            !lexicon().tokens.stopwords.is_empty(),
+            "runtime lexicon loaded"
+        );
+    }
+
+    #[test]
+    fn phrase_matching_respects_word_boundaries() {
+        let cases = [
+            ("i feel stuck for now", "for now", true),
+            ("fornow", "for now", false),
+            ("no", "no", true),
+            ("nothing", "no", false),
+            ("i don't know", "don't", true),
+            ("say no.", "no", true),
+            ("yes please", "yes", true),
+            ("eyes", "yes", false),
+        ];
+        for (text, phrase, want) in cases {
+            assert_eq!(contains_phrase(text, phrase), want, "{text} / {phrase}");
+        }
+    }
+}

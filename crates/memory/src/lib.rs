@@ -1,0 +1,37 @@
+//! OpenCouch memory layer.
+//!
+//! Three layers scoped by owner (user id, else thread id): semantic facts,
+//! episodic session arcs and the procedural profile ([`types`]). Around
+//! them:
+//! - [`retrieval`]: per-turn hybrid retrieval (token recall + embeddings,
+//!   RRF k=60), first-turn catch-up, diagnostics;
+//! - [`policy`]: the app-owned write policy (hard clamps, small-talk gate,
+//!   deterministic extractor, session buffer, promotion, reconciliation);
+//! - [`control`]: the memory-control service shared by chat, API and voice
+//!   (prepare → confirm/cancel deletions, the 9 tools, the intent gate);
+//! - `embed_local` (feature `local-embeddings`): all-MiniLM-L6-v2 on CPU;
+//! - [`eval`]: LoCoMo recall@k evaluation.
+//!
+//! Persistence goes through the small [`backend::MemoryBackend`] trait so
+//! the store crate plugs in with a thin adapter.
+
+pub mod backend;
+pub mod control;
+#[cfg(feature = "local-embeddings")]
+pub mod embed_local;
+pub mod eval;
+mod lexicon;
+pub mod policy;
+pub mod retrieval;
+pub mod text;
+pub mod types;
+
+pub use backend::{BackendError, InMemoryBackend, MemoryBackend, MemoryRecord, StoredEmbedding};
+pub use retrieval::{
+    EmbedError, Embedder, RetrievalPath, RetrievalRequest, TurnMemory, WorkingMemoryEntry, retrieve,
+};
+pub use types::{
+    ApproachContext, EntityRef, EntityType, FactCategory, MemoryKind, MoodArc, Predicate,
+    ProceduralProfile, ProceduralRule, RuleSource, SemanticFact, SessionArc, TypeError,
+    WriteTiming, owner_id,
+};

@@ -1,0 +1,1159 @@
+//! Per-turn hybrid retrieval: token recall + embedding cosine fused by
+//! Reciprocal Rank Fusion, with a first-turn catch-up arc.
+//!
+//! The ranking math is pure ([`lexical_score`], [`cosine`], [`rrf_fuse`],
+//! [`MemoryIndex`]); [`retrieve`] wires it to a [`MemoryBackend`] and an
+//! optional [`Embedder`].
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+use opencouch_core::Diagnostics;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::backend::{BackendError, MemoryBackend, MemoryRecord, StoredEmbedding, load_profile};
+use crate::text::meaningful_tokens;
+use crate::types::{MemoryKind, SemanticFact, SessionArc};
+
+/// A record is a lexical hit when this share of the query's meaningful
+/// tokens occurs in it.
+pub const TOKEN_HIT_THRESHOLD: f64 = 0.33;
+/// Short-record path: at least this many shared tokens …
+pub const SHORT_RECORD_MIN_SHARED: usize = 2;
+/// … making up at least this share of the record's primary text.
+pub const SHORT_RECORD_MIN_COVERAGE: f64 = 0.4;
+/// Minimum cosine similarity for a dense hit.
+pub const COSINE_THRESHOLD: f32 = 0.5;
+/// The RRF constant.
+pub const RRF_K: f64 = 60.0;
+/// Semantic candidates searched per list.
+pub const SEMANTIC_SEARCH_LIMIT: usize = 20;
+/// Active semantic facts kept.
+pub const SEMANTIC_KEEP: usize = 5;
+/// Episodic arcs kept.
+pub const EPISODIC_LIMIT: usize = 2;
+/// Episodic arcs older than this are not searched.
+pub const EPISODIC_MAX_AGE_DAYS: i64 = 30;
+
+/// Why an embedding call failed. Never carries the embedded text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("embedding failed: {0}")]
+pub struct EmbedError(pub String);
+
+/// A text-embedding provider (remote API or local model).
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// Embeds each text; one vector per input, in order.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// The model id stored with each vector.
+    fn model_id(&self) -> &str;
+    /// The vector dimension.
+    fn dimension(&self) -> usize;
+}
+
+/// Embeds texts for storage alongside records.
+///
+/// # Errors
+/// The embedder's error, or a count mismatch.
+pub async fn embed_for_storage(
+    embedder: &dyn Embedder,
+    texts: &[String],
+) -> Result<Vec<StoredEmbedding>, EmbedError> {
+    let vectors = embedder.embed(texts).await?;
+    if vectors.len() != texts.len() {
+        return Err(EmbedError(
+            "embedder returned a different number of vectors".to_owned(),
+        ));
+    }
+    Ok(vectors
+        .into_iter()
+        .map(|v| StoredEmbedding {
+            dim: v.len(),
+            vector: v,
+            model: embedder.model_id().to_owned(),
+        })
+        .collect())
+}
+
+/// The record's primary text: the first non-empty of `evidence_quote`,
+/// `summary`, `text` and `content`.
+pub fn primary_text(value: &Value) -> Option<&str> {
+    ["evidence_quote", "summary", "text", "content"]
+        .iter()
+        .filter_map(|k| value.get(k).and_then(Value::as_str))
+        .find(|s| !s.trim().is_empty())
+}
+
+/// Every string value of the record, joined with spaces.
+pub fn haystack(value: &Value) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push(' ');
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(value, &mut out);
+    out
+}
+
+/// The lexical verdict for one record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LexicalScore {
+    /// Share of the query's distinct meaningful tokens found in the haystack.
+    pub recall: f64,
+    /// Share of the primary text's distinct meaningful tokens that the query shares.
+    pub primary_coverage: f64,
+    /// Whether the record counts as a hit (recall path or short-record path).
+    pub hit: bool,
+}
+
+/// Token recall of `query_tokens` (distinct, meaningful) against a record's
+/// haystack and primary-text token sets.
+pub fn lexical_score(
+    query_tokens: &HashSet<String>,
+    haystack_tokens: &HashSet<String>,
+    primary_tokens: &HashSet<String>,
+) -> LexicalScore {
+    if query_tokens.is_empty() {
+        return LexicalScore {
+            recall: 0.0,
+            primary_coverage: 0.0,
+            hit: false,
+        };
+    }
+    let found = query_tokens
+        .iter()
+        .filter(|t| haystack_tokens.contains(*t))
+        .count();
+    let shared_primary = query_tokens
+        .iter()
+        .filter(|t| primary_tokens.contains(*t))
+        .count();
+    score_from_counts(
+        query_tokens.len(),
+        found,
+        shared_primary,
+        primary_tokens.len(),
+    )
+}
+
+fn score_from_counts(
+    query_len: usize,
+    found: usize,
+    shared_primary: usize,
+    primary_len: usize,
+) -> LexicalScore {
+    let recall = if query_len == 0 {
+        0.0
+    } else {
+        found as f64 / query_len as f64
+    };
+    let primary_coverage = if primary_len == 0 {
+        0.0
+    } else {
+        shared_primary as f64 / primary_len as f64
+    };
+    let short_path =
+        shared_primary >= SHORT_RECORD_MIN_SHARED && primary_coverage >= SHORT_RECORD_MIN_COVERAGE;
+    LexicalScore {
+        recall,
+        primary_coverage,
+        hit: recall >= TOKEN_HIT_THRESHOLD || short_path,
+    }
+}
+
+/// Cosine similarity; `None` for mismatched lengths or a zero vector.
+pub fn cosine(a: &[f32], b: &[f32]) -> Option<f32> {
+    if a.len() != b.len() || a.is_empty() {
+        return None;
+    }
+    let (mut dot, mut na, mut nb) = (0f32, 0f32, 0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        None
+    } else {
+        Some(dot / (na.sqrt() * nb.sqrt()))
+    }
+}
+
+/// Reciprocal Rank Fusion: each item scores Σ 1/(k + rank) (rank from 1)
+/// over the lists it appears in. Ties go to the lower `insertion_order`.
+/// When exactly one list is non-empty the result is that list, in order.
+pub fn rrf_fuse<K: Clone + Eq + Hash>(
+    lists: &[Vec<K>],
+    k: f64,
+    insertion_order: impl Fn(&K) -> usize,
+) -> Vec<(K, f64)> {
+    let non_empty: Vec<&Vec<K>> = lists.iter().filter(|l| !l.is_empty()).collect();
+    if let [only] = non_empty.as_slice() {
+        let mut seen = HashSet::new();
+        return only
+            .iter()
+            .filter(|key| seen.insert((*key).clone()))
+            .enumerate()
+            .map(|(i, key)| (key.clone(), 1.0 / (k + (i + 1) as f64)))
+            .collect();
+    }
+    let mut scores: HashMap<K, f64> = HashMap::new();
+    for list in &non_empty {
+        let mut seen = HashSet::new();
+        for (i, key) in list
+            .iter()
+            .filter(|key| seen.insert((*key).clone()))
+            .enumerate()
+        {
+            *scores.entry(key.clone()).or_insert(0.0) += 1.0 / (k + (i + 1) as f64);
+        }
+    }
+    let mut out: Vec<(K, f64)> = scores.into_iter().collect();
+    out.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then_with(|| insertion_order(&a.0).cmp(&insertion_order(&b.0)))
+    });
+    out
+}
+
+/// How a retrieval ran (the `retrieval_path` diagnostic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetrievalPath {
+    /// Token recall and embeddings fused by RRF.
+    HybridRrf,
+    /// Token recall only (no embedder configured).
+    TokenRecall,
+    /// Token recall because the embedding call failed.
+    TokenRecallAfterEmbedError,
+    /// Both stores empty: nothing searched, no embedding call.
+    SkippedEmptyStore,
+}
+
+impl RetrievalPath {
+    /// The diagnostic spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetrievalPath::HybridRrf => "hybrid_rrf",
+            RetrievalPath::TokenRecall => "token_recall",
+            RetrievalPath::TokenRecallAfterEmbedError => "token_recall_after_embed_error",
+            RetrievalPath::SkippedEmptyStore => "skipped_empty_store",
+        }
+    }
+}
+
+/// Which lists a search uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Token recall only.
+    Token,
+    /// Embedding cosine only.
+    Embedding,
+    /// Both, fused by RRF.
+    Hybrid,
+}
+
+struct IndexedDoc {
+    primary_len: usize,
+    vector: Option<Vec<f32>>,
+}
+
+/// A prepared search index over one namespace's records (token postings and
+/// unit-normalised vectors), so a query costs postings lookups plus one dot
+/// product per embedded record.
+pub struct MemoryIndex {
+    docs: Vec<IndexedDoc>,
+    haystack_postings: HashMap<String, Vec<u32>>,
+    primary_postings: HashMap<String, Vec<u32>>,
+    model: Option<(String, usize)>,
+}
+
+/// One search hit: the record's position in the indexed slice and its score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    /// Insertion position of the record.
+    pub index: usize,
+    /// RRF score (or the single list's score when only one list ran).
+    pub score: f64,
+}
+
+/// Dot product with 8 independent accumulators (lets the compiler vectorize).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+fn unit(v: &[f32]) -> Option<Vec<f32>> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n == 0.0 || !n.is_finite() {
+        None
+    } else {
+        Some(v.iter().map(|x| x / n).collect())
+    }
+}
+
+impl MemoryIndex {
+    /// Indexes `(value, embedding)` pairs in insertion order. Vectors of
+    /// another model or dimension than `model` (id, dim) are ignored.
+    pub fn build<'a>(
+        items: impl IntoIterator<Item = (&'a Value, Option<&'a StoredEmbedding>)>,
+        model: Option<(&str, usize)>,
+    ) -> Self {
+        let mut docs = Vec::new();
+        let mut haystack_postings: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut primary_postings: HashMap<String, Vec<u32>> = HashMap::new();
+        for (i, (value, emb)) in items.into_iter().enumerate() {
+            let i = i as u32;
+            let hay: HashSet<String> = meaningful_tokens(&haystack(value)).into_iter().collect();
+            let primary: HashSet<String> = primary_text(value)
+                .map(meaningful_tokens)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            for t in hay {
+                haystack_postings.entry(t).or_default().push(i);
+            }
+            let primary_len = primary.len();
+            for t in primary {
+                primary_postings.entry(t).or_default().push(i);
+            }
+            let vector = match (emb, model) {
+                (Some(e), Some((m, d))) if e.model == m && e.dim == d && e.vector.len() == d => {
+                    unit(&e.vector)
+                }
+                _ => None,
+            };
+            docs.push(IndexedDoc {
+                primary_len,
+                vector,
+            });
+        }
+        MemoryIndex {
+            docs,
+            haystack_postings,
+            primary_postings,
+            model: model.map(|(m, d)| (m.to_owned(), d)),
+        }
+    }
+
+    /// Number of indexed records.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Lexical hits, best first (ties by insertion order), at most `limit`.
+    pub fn token_ranking(&self, query: &str, limit: usize) -> Vec<(usize, f64)> {
+        let q: HashSet<String> = meaningful_tokens(query).into_iter().collect();
+        if q.is_empty() {
+            return Vec::new();
+        }
+        // Dense counters (haystack hits, primary hits) plus the touched docs.
+        let mut counts = vec![(0u32, 0u32); self.docs.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        for t in &q {
+            for (postings, primary) in [
+                (self.haystack_postings.get(t), false),
+                (self.primary_postings.get(t), true),
+            ] {
+                for &d in postings.into_iter().flatten() {
+                    let c = &mut counts[d as usize];
+                    if *c == (0, 0) {
+                        touched.push(d);
+                    }
+                    if primary {
+                        c.1 += 1;
+                    } else {
+                        c.0 += 1;
+                    }
+                }
+            }
+        }
+        let mut hits: Vec<(usize, LexicalScore)> = touched
+            .into_iter()
+            .map(|d| {
+                let (found, shared) = counts[d as usize];
+                let primary_len = self.docs[d as usize].primary_len;
+                (
+                    d as usize,
+                    score_from_counts(q.len(), found as usize, shared as usize, primary_len),
+                )
+            })
+            .filter(|(_, s)| s.hit)
+            .collect();
+        hits.sort_by(|a, b| {
+            b.1.recall
+                .total_cmp(&a.1.recall)
+                .then_with(|| b.1.primary_coverage.total_cmp(&a.1.primary_coverage))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        hits.truncate(limit);
+        hits.into_iter().map(|(d, s)| (d, s.recall)).collect()
+    }
+
+    /// Dense hits (cosine ≥ 0.5), best first, at most `limit`. Empty when
+    /// the query vector does not match the index's model dimension.
+    pub fn dense_ranking(&self, query_vector: &[f32], limit: usize) -> Vec<(usize, f64)> {
+        let Some((_, dim)) = &self.model else {
+            return Vec::new();
+        };
+        if query_vector.len() != *dim {
+            return Vec::new();
+        }
+        let Some(q) = unit(query_vector) else {
+            return Vec::new();
+        };
+        let mut hits: Vec<(usize, f32)> = self
+            .docs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| {
+                let c = dot(d.vector.as_ref()?, &q);
+                (c >= COSINE_THRESHOLD).then_some((i, c))
+            })
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hits.truncate(limit);
+        hits.into_iter().map(|(i, c)| (i, f64::from(c))).collect()
+    }
+
+    /// Runs the chosen lists (each cut to `limit`) and fuses them with RRF (k=60).
+    pub fn search(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        mode: SearchMode,
+        limit: usize,
+    ) -> Vec<Hit> {
+        self.search_pool(query, query_vector, mode, limit, limit)
+    }
+
+    /// Like [`MemoryIndex::search`], but each list keeps `pool` candidates
+    /// before fusion and the fused result is cut to `limit`.
+    pub fn search_pool(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        mode: SearchMode,
+        pool: usize,
+        limit: usize,
+    ) -> Vec<Hit> {
+        let token = if mode == SearchMode::Embedding {
+            Vec::new()
+        } else {
+            self.token_ranking(query, pool)
+        };
+        let dense = match (mode, query_vector) {
+            (SearchMode::Token, _) | (_, None) => Vec::new(),
+            (_, Some(v)) => self.dense_ranking(v, pool),
+        };
+        let lists = [
+            token.into_iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            dense.into_iter().map(|(i, _)| i).collect(),
+        ];
+        rrf_fuse(&lists, RRF_K, |i| *i)
+            .into_iter()
+            .take(limit)
+            .map(|(index, score)| Hit { index, score })
+            .collect()
+    }
+}
+
+/// One retrieved memory, ready for the prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkingMemoryEntry {
+    /// Layer (semantic or episodic).
+    pub kind: MemoryKind,
+    /// Record key.
+    pub key: String,
+    /// The record's primary text (evidence quote or arc summary).
+    pub text: String,
+    /// Fusion score (0 for a catch-up that did not match the query).
+    pub score: f64,
+    /// True for the first-turn "last time we talked" arc.
+    pub is_catch_up: bool,
+    /// The full typed record as JSON.
+    pub value: Value,
+}
+
+/// What retrieval hands to the specialist for one turn.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TurnMemory {
+    /// Semantic then episodic entries (catch-up arc first among episodic).
+    pub working_memory: Vec<WorkingMemoryEntry>,
+    /// Active procedural rules, always applied.
+    pub procedural_rules: Vec<String>,
+    /// Whether past sessions may be brought up unprompted.
+    pub proactive_recall_enabled: bool,
+    /// A one-line human-readable summary of what was retrieved (no content).
+    pub summary: String,
+    /// Retrieval diagnostics.
+    pub diagnostics: Diagnostics,
+}
+
+/// One retrieval request.
+#[derive(Debug, Clone)]
+pub struct RetrievalRequest<'a> {
+    /// Namespace owner.
+    pub owner_id: &'a str,
+    /// The user's message.
+    pub query: &'a str,
+    /// True on the session's first turn (transcript length 1): adds the catch-up arc.
+    pub first_turn_of_session: bool,
+    /// The current time (arc age filter).
+    pub now: DateTime<Utc>,
+}
+
+/// A retrieval failure (the store failed; embedding failures degrade instead).
+#[derive(Debug, thiserror::Error)]
+pub enum RetrievalError {
+    /// The store failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Semantic + episodic search results before the procedural profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerHits {
+    /// Semantic entries (active facts only).
+    pub semantic: Vec<WorkingMemoryEntry>,
+    /// Episodic entries (arcs ≤30 days old; catch-up first when requested).
+    pub episodic: Vec<WorkingMemoryEntry>,
+    /// How the search ran.
+    pub path: RetrievalPath,
+    /// Semantic store size.
+    pub semantic_store_size: usize,
+    /// Episodic store size.
+    pub episodic_store_size: usize,
+}
+
+fn entry(kind: MemoryKind, r: &MemoryRecord, score: f64, is_catch_up: bool) -> WorkingMemoryEntry {
+    WorkingMemoryEntry {
+        kind,
+        key: r.id.clone(),
+        text: primary_text(&r.value).unwrap_or_default().to_owned(),
+        score,
+        is_catch_up,
+        value: r.value.clone(),
+    }
+}
+
+/// Searches the semantic and episodic layers of an owner.
+///
+/// `semantic_keep` bounds the kept active facts, `episodic_keep` the arcs.
+/// Store loads run in parallel; the query is embedded at most once, and not
+/// at all when both stores are empty.
+///
+/// # Errors
+/// [`RetrievalError::Backend`] when the store fails.
+pub async fn search_layers(
+    backend: &dyn MemoryBackend,
+    embedder: Option<&dyn Embedder>,
+    req: &RetrievalRequest<'_>,
+    semantic_keep: usize,
+    episodic_keep: usize,
+) -> Result<LayerHits, RetrievalError> {
+    let (semantic, episodic) = tokio::join!(
+        backend.list(req.owner_id, MemoryKind::Semantic),
+        backend.list(req.owner_id, MemoryKind::Episodic)
+    );
+    let (semantic, episodic) = (semantic?, episodic?);
+    let (semantic_store_size, episodic_store_size) = (semantic.len(), episodic.len());
+    if semantic.is_empty() && episodic.is_empty() {
+        return Ok(LayerHits {
+            semantic: Vec::new(),
+            episodic: Vec::new(),
+            path: RetrievalPath::SkippedEmptyStore,
+            semantic_store_size,
+            episodic_store_size,
+        });
+    }
+
+    let (query_vector, path) = match embedder {
+        None => (None, RetrievalPath::TokenRecall),
+        Some(e) => match e.embed(&[req.query.to_owned()]).await {
+            Ok(mut v) if v.len() == 1 => (v.pop(), RetrievalPath::HybridRrf),
+            Ok(_) => {
+                tracing::warn!("embedder returned the wrong number of vectors; using token recall");
+                (None, RetrievalPath::TokenRecallAfterEmbedError)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "query embedding failed; using token recall");
+                (None, RetrievalPath::TokenRecallAfterEmbedError)
+            }
+        },
+    };
+    let model = embedder.map(|e| (e.model_id(), e.dimension()));
+    let mode = if query_vector.is_some() {
+        SearchMode::Hybrid
+    } else {
+        SearchMode::Token
+    };
+
+    // Semantic: search 20, keep the first `semantic_keep` active facts.
+    let sem_index = MemoryIndex::build(
+        semantic.iter().map(|r| (&r.value, r.embedding.as_ref())),
+        model,
+    );
+    let sem_hits = sem_index.search(
+        req.query,
+        query_vector.as_deref(),
+        mode,
+        SEMANTIC_SEARCH_LIMIT,
+    );
+    let semantic_entries: Vec<WorkingMemoryEntry> = sem_hits
+        .into_iter()
+        .filter(|h| {
+            semantic[h.index]
+                .as_fact()
+                .is_ok_and(|f: SemanticFact| f.is_active())
+        })
+        .take(semantic_keep)
+        .map(|h| entry(MemoryKind::Semantic, &semantic[h.index], h.score, false))
+        .collect();
+
+    // Episodic: only visible arcs at most 30 days old are searched.
+    let cutoff = req.now - Duration::days(EPISODIC_MAX_AGE_DAYS);
+    let arcs: Vec<(&MemoryRecord, SessionArc)> = episodic
+        .iter()
+        .filter_map(|r| r.as_arc().ok().map(|a| (r, a)))
+        .filter(|(_, a)| a.user_visible)
+        .collect();
+    let recent: Vec<&(&MemoryRecord, SessionArc)> =
+        arcs.iter().filter(|(_, a)| a.ended_at >= cutoff).collect();
+    let epi_index = MemoryIndex::build(
+        recent.iter().map(|(r, _)| (&r.value, r.embedding.as_ref())),
+        model,
+    );
+    let epi_hits = epi_index.search(req.query, query_vector.as_deref(), mode, episodic_keep);
+    let mut episodic_entries: Vec<WorkingMemoryEntry> = epi_hits
+        .iter()
+        .map(|h| entry(MemoryKind::Episodic, recent[h.index].0, h.score, false))
+        .collect();
+
+    if req.first_turn_of_session {
+        let latest = arcs
+            .iter()
+            .enumerate()
+            .max_by(|(ia, (_, a)), (ib, (_, b))| {
+                a.ended_at
+                    .cmp(&b.ended_at)
+                    .then_with(|| a.created_at.cmp(&b.created_at))
+                    .then_with(|| ia.cmp(ib))
+            });
+        if let Some((_, (record, arc))) = latest {
+            let same = |e: &WorkingMemoryEntry| {
+                e.value.get("summary").and_then(Value::as_str) == Some(arc.summary.as_str())
+                    && e.value.get("primary_themes")
+                        == serde_json::to_value(&arc.primary_themes).ok().as_ref()
+            };
+            match episodic_entries.iter().position(same) {
+                Some(pos) => {
+                    let mut e = episodic_entries.remove(pos);
+                    e.is_catch_up = true;
+                    episodic_entries.insert(0, e);
+                }
+                None => episodic_entries.insert(0, entry(MemoryKind::Episodic, record, 0.0, true)),
+            }
+        }
+    }
+
+    Ok(LayerHits {
+        semantic: semantic_entries,
+        episodic: episodic_entries,
+        path,
+        semantic_store_size,
+        episodic_store_size,
+    })
+}
+
+/// The per-turn memory context: semantic and episodic search (in parallel),
+/// then the procedural profile, with diagnostics.
+///
+/// # Errors
+/// [`RetrievalError::Backend`] when the store fails. Embedding failures
+/// degrade to token recall.
+pub async fn retrieve(
+    backend: &dyn MemoryBackend,
+    embedder: Option<&dyn Embedder>,
+    req: &RetrievalRequest<'_>,
+) -> Result<TurnMemory, RetrievalError> {
+    let started = Instant::now();
+    let hits = search_layers(backend, embedder, req, SEMANTIC_KEEP, EPISODIC_LIMIT).await?;
+    let profile = load_profile(backend, req.owner_id).await?;
+    let procedural_rules: Vec<String> = profile.active_rules().map(|r| r.rule.clone()).collect();
+
+    let mut diagnostics = Diagnostics::new();
+    diagnostics.set("load_memory_ms", started.elapsed().as_secs_f64() * 1000.0);
+    diagnostics.set("semantic_hits", hits.semantic.len());
+    diagnostics.set("semantic_store_size", hits.semantic_store_size);
+    diagnostics.set("episodic_hits", hits.episodic.len());
+    diagnostics.set("episodic_store_size", hits.episodic_store_size);
+    diagnostics.set("procedural_count", procedural_rules.len());
+    diagnostics.set("proactive_recall", profile.proactive_recall_enabled);
+    diagnostics.set("retrieval_path", hits.path.as_str());
+
+    let catch_up = hits.episodic.iter().any(|e| e.is_catch_up);
+    let summary = summary_line(
+        hits.semantic.len(),
+        hits.episodic.len(),
+        procedural_rules.len(),
+        catch_up,
+    );
+    let mut working_memory = hits.semantic;
+    working_memory.extend(hits.episodic);
+    Ok(TurnMemory {
+        working_memory,
+        procedural_rules,
+        proactive_recall_enabled: profile.proactive_recall_enabled,
+        summary,
+        diagnostics,
+    })
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// "Recalled 2 saved facts, 1 past-session summary (catch-up) and 1 style rule."
+pub fn summary_line(facts: usize, arcs: usize, rules: usize, catch_up: bool) -> String {
+    if facts + arcs + rules == 0 {
+        return "No saved memory was relevant to this turn.".to_owned();
+    }
+    format!(
+        "Recalled {}, {}{} and {}.",
+        plural(facts, "saved fact", "saved facts"),
+        plural(arcs, "past-session summary", "past-session summaries"),
+        if catch_up {
+            " (including a catch-up on the last session)"
+        } else {
+            ""
+        },
+        plural(rules, "style rule", "style rules"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::backend::{InMemoryBackend, save_profile};
+    use crate::types::*;
+
+    fn set(s: &str) -> HashSet<String> {
+        meaningful_tokens(s).into_iter().collect()
+    }
+
+    #[test]
+    fn lexical_score_table() {
+        // (query, haystack, primary, hit)
+        let cases = [
+            (
+                "worried about my job interview",
+                "I am worried about the job",
+                "I am worried about the job",
+                true,
+            ),
+            ("job", "job stress", "job stress", true),
+            (
+                "sister birthday party plans",
+                "Sarah sister",
+                "Sarah sister",
+                false,
+            ),
+            // short-record path: 2 shared tokens covering ≥0.4 of a short primary text.
+            (
+                "running helps calm anxiety before exams and meetings at work and school daily",
+                "running calm",
+                "running calm",
+                true,
+            ),
+            ("", "anything", "anything", false),
+            ("the and of", "the and of", "the and of", false),
+        ];
+        for (q, h, p, hit) in cases {
+            let s = lexical_score(&set(q), &set(h), &set(p));
+            assert_eq!(s.hit, hit, "{q} vs {h}: {s:?}");
+            assert!((0.0..=1.0).contains(&s.recall));
+        }
+    }
+
+    #[test]
+    fn primary_text_order() {
+        let v = serde_json::json!({"summary": "", "text": "t", "content": "c"});
+        assert_eq!(primary_text(&v), Some("t"));
+        let v = serde_json::json!({"evidence_quote": "q", "summary": "s"});
+        assert_eq!(primary_text(&v), Some("q"));
+        assert_eq!(primary_text(&serde_json::json!({"x": 1})), None);
+        assert!(haystack(&serde_json::json!({"a": "x", "b": ["y", {"c": "z"}]})).contains('z'));
+    }
+
+    #[test]
+    fn cosine_table() {
+        assert_eq!(cosine(&[1.0, 0.0], &[1.0, 0.0]), Some(1.0));
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 1.0]), Some(0.0));
+        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), None);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), None);
+    }
+
+    #[test]
+    fn rrf_table() {
+        let order = |k: &&str| "abcdef".find(*k).unwrap_or(99);
+        // b is 2nd in one list and 1st in the other: it wins.
+        let out = rrf_fuse(&[vec!["a", "b"], vec!["b", "c"]], 60.0, order);
+        assert_eq!(
+            out.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec!["b", "a", "c"]
+        );
+        assert!((out[0].1 - (1.0 / 62.0 + 1.0 / 61.0)).abs() < 1e-12);
+        // a and c tie (both rank 1 in one list): insertion order decides.
+        let out = rrf_fuse(&[vec!["c"], vec!["a"]], 60.0, order);
+        assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec!["a", "c"]);
+        // One empty list: the other, as is.
+        let out = rrf_fuse(&[vec!["d", "a"], vec![]], 60.0, order);
+        assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec!["d", "a"]);
+        assert!(rrf_fuse::<&str>(&[vec![], vec![]], 60.0, order).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn rrf_is_symmetric_and_stable(a in proptest::collection::vec(0usize..30, 0..15), b in proptest::collection::vec(0usize..30, 0..15)) {
+            let ab = rrf_fuse(&[a.clone(), b.clone()], RRF_K, |k| *k);
+            let ba = rrf_fuse(&[b.clone(), a.clone()], RRF_K, |k| *k);
+            prop_assert_eq!(&ab, &ba);
+            prop_assert_eq!(&ab, &rrf_fuse(&[a.clone(), b.clone()], RRF_K, |k| *k));
+            let ids: HashSet<usize> = ab.iter().map(|x| x.0).collect();
+            prop_assert_eq!(ids.len(), ab.len());
+            let expected: HashSet<usize> = a.iter().chain(b.iter()).copied().collect();
+            prop_assert_eq!(ids, expected);
+            for w in ab.windows(2) {
+                prop_assert!(w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0));
+            }
+        }
+
+        #[test]
+        fn token_recall_is_a_share(q in "[a-z ]{0,40}", h in "[a-z ]{0,60}") {
+            let s = lexical_score(&set(&q), &set(&h), &set(&h));
+            prop_assert!((0.0..=1.0).contains(&s.recall));
+            prop_assert!((0.0..=1.0).contains(&s.primary_coverage));
+        }
+    }
+
+    /// A deterministic fake embedder: bag of hashed meaningful tokens.
+    struct FakeEmbedder {
+        calls: AtomicUsize,
+        fail: bool,
+    }
+
+    const FAKE_DIM: usize = 64;
+
+    fn fake_vec(text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; FAKE_DIM];
+        for t in meaningful_tokens(text) {
+            let h = t
+                .bytes()
+                .fold(7usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize));
+            v[h % FAKE_DIM] += 1.0;
+        }
+        v
+    }
+
+    #[async_trait]
+    impl Embedder for FakeEmbedder {
+        async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.fail {
+                return Err(EmbedError("provider down".into()));
+            }
+            Ok(texts.iter().map(|t| fake_vec(t)).collect())
+        }
+        fn model_id(&self) -> &str {
+            "fake"
+        }
+        fn dimension(&self) -> usize {
+            FAKE_DIM
+        }
+    }
+
+    fn fact(q: &str) -> SemanticFact {
+        SemanticFact::new(
+            NewFact {
+                category: FactCategory::Context,
+                subject: EntityRef::user(),
+                predicate: Predicate::Experienced,
+                object: EntityRef::new(EntityType::Event, q).unwrap(),
+                evidence_quote: q.into(),
+                confidence: 0.9,
+                source_session_id: None,
+                source_turn_index: None,
+                write_timing: WriteTiming::Promotion,
+                write_reason: "test".into(),
+            },
+            Utc::now(),
+        )
+        .unwrap()
+    }
+
+    fn arc(summary: &str, themes: &[&str], days_ago: i64) -> SessionArc {
+        let end = Utc::now() - Duration::days(days_ago);
+        SessionArc::new(
+            NewSessionArc {
+                session_id: format!("s-{days_ago}"),
+                started_at: end - Duration::minutes(5),
+                ended_at: end,
+                turn_count: 3,
+                primary_themes: themes.iter().map(|s| s.to_string()).collect(),
+                summary: summary.into(),
+                mood_arc: MoodArc::default(),
+                open_loops: vec![],
+                resolved_threads: vec![],
+                approach_used: None,
+                approach_context: None,
+                crisis_level_max: 0,
+            },
+            end,
+        )
+        .unwrap()
+    }
+
+    async fn put_fact(b: &InMemoryBackend, f: &SemanticFact) {
+        let e = StoredEmbedding {
+            vector: fake_vec(&f.evidence_quote),
+            model: "fake".into(),
+            dim: FAKE_DIM,
+        };
+        b.put(MemoryRecord::from_fact("u", f, Some(e)))
+            .await
+            .unwrap();
+    }
+
+    fn req(q: &str, first: bool) -> RetrievalRequest<'_> {
+        RetrievalRequest {
+            owner_id: "u",
+            query: q,
+            first_turn_of_session: first,
+            now: Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn empty_store_skips_without_embedding() {
+        let b = InMemoryBackend::new();
+        let e = FakeEmbedder {
+            calls: AtomicUsize::new(0),
+            fail: false,
+        };
+        let m = retrieve(&b, Some(&e), &req("anything at all", true))
+            .await
+            .unwrap();
+        assert_eq!(
+            m.diagnostics.get_str("retrieval_path"),
+            Some("skipped_empty_store")
+        );
+        assert_eq!(e.calls.load(Ordering::SeqCst), 0);
+        assert!(m.working_memory.is_empty());
+        assert!(!m.proactive_recall_enabled);
+    }
+
+    #[tokio::test]
+    async fn paths_and_diagnostics() {
+        let b = InMemoryBackend::new();
+        put_fact(&b, &fact("I get anxious before job interviews")).await;
+        put_fact(&b, &fact("My sister Sarah lives in Leeds")).await;
+        let ok = FakeEmbedder {
+            calls: AtomicUsize::new(0),
+            fail: false,
+        };
+        let bad = FakeEmbedder {
+            calls: AtomicUsize::new(0),
+            fail: true,
+        };
+        let cases: [(Option<&dyn Embedder>, &str); 3] = [
+            (Some(&ok), "hybrid_rrf"),
+            (None, "token_recall"),
+            (Some(&bad), "token_recall_after_embed_error"),
+        ];
+        for (emb, path) in cases {
+            let m = retrieve(&b, emb, &req("job interviews make me anxious", false))
+                .await
+                .unwrap();
+            assert_eq!(m.diagnostics.get_str("retrieval_path"), Some(path));
+            assert_eq!(m.working_memory.len(), 1, "{path}");
+            assert!(m.working_memory[0].text.contains("interviews"));
+            for key in [
+                "load_memory_ms",
+                "semantic_hits",
+                "semantic_store_size",
+                "episodic_hits",
+                "episodic_store_size",
+                "procedural_count",
+                "proactive_recall",
+            ] {
+                assert!(m.diagnostics.get(key).is_some(), "{key}");
+            }
+            assert_eq!(
+                m.diagnostics.get("semantic_store_size"),
+                Some(&Value::from(2))
+            );
+        }
+        assert_eq!(
+            ok.calls.load(Ordering::SeqCst),
+            1,
+            "one query embedding per turn"
+        );
+    }
+
+    #[tokio::test]
+    async fn keeps_five_active_facts_and_skips_inactive() {
+        let b = InMemoryBackend::new();
+        for i in 0..8 {
+            let mut f = fact(&format!("work stress deadline number {i}"));
+            if i == 0 {
+                f.dormant_at = Some(Utc::now());
+            }
+            put_fact(&b, &f).await;
+        }
+        let m = retrieve(&b, None, &req("work stress deadline", false))
+            .await
+            .unwrap();
+        assert_eq!(m.working_memory.len(), SEMANTIC_KEEP);
+        assert!(
+            m.working_memory.iter().all(|e| !e.text.ends_with(" 0")),
+            "dormant fact skipped"
+        );
+        // ties go to insertion order
+        assert!(m.working_memory[0].text.ends_with(" 1"));
+    }
+
+    #[tokio::test]
+    async fn first_turn_catch_up_without_duplicates() {
+        let b = InMemoryBackend::new();
+        let old = arc("Talked about exam stress and sleep", &["exams"], 3);
+        let latest = arc("Talked about a fight with my brother", &["family"], 1);
+        let stale = arc("Talked about exam results long ago", &["exams"], 45);
+        for a in [&old, &latest, &stale] {
+            b.put(MemoryRecord::from_arc("u", a, None)).await.unwrap();
+        }
+        // Not matching the query: catch-up is still injected, first.
+        let m = retrieve(&b, None, &req("exam stress again", true))
+            .await
+            .unwrap();
+        let epi: Vec<&WorkingMemoryEntry> = m
+            .working_memory
+            .iter()
+            .filter(|e| e.kind == MemoryKind::Episodic)
+            .collect();
+        assert_eq!(epi.len(), 2);
+        assert!(epi[0].is_catch_up && epi[0].text.contains("brother"));
+        assert!(
+            epi[1].text.contains("sleep"),
+            "old arc found, stale arc (45 days) not searched"
+        );
+        // Matching the query: no duplicate entry.
+        let m = retrieve(&b, None, &req("fight with my brother", true))
+            .await
+            .unwrap();
+        let brother = m
+            .working_memory
+            .iter()
+            .filter(|e| e.text.contains("brother"))
+            .count();
+        assert_eq!(brother, 1);
+        assert!(m.working_memory.iter().any(|e| e.is_catch_up));
+        // Not the first turn: no catch-up.
+        let m = retrieve(&b, None, &req("exam stress", false))
+            .await
+            .unwrap();
+        assert!(m.working_memory.iter().all(|e| !e.is_catch_up));
+        assert!(m.summary.starts_with("Recalled"));
+    }
+
+    #[tokio::test]
+    async fn procedural_profile_always_loaded() {
+        let b = InMemoryBackend::new();
+        put_fact(&b, &fact("unrelated")).await;
+        let rule = ProceduralRule::new(
+            "You prefer short answers.",
+            vec![],
+            RuleSource::ExplicitUser,
+            WriteTiming::Immediate,
+            "t",
+            Utc::now(),
+        )
+        .unwrap();
+        let p = ProceduralProfile {
+            proactive_recall_enabled: true,
+            rules: vec![rule],
+            ..Default::default()
+        };
+        save_profile(&b, "u", &p, Utc::now()).await.unwrap();
+        let m = retrieve(&b, None, &req("hello there friend", false))
+            .await
+            .unwrap();
+        assert_eq!(
+            m.procedural_rules,
+            vec!["You prefer short answers.".to_owned()]
+        );
+        assert!(m.proactive_recall_enabled);
+        assert_eq!(m.diagnostics.get_bool("proactive_recall"), Some(true));
+        assert_eq!(m.diagnostics.get("procedural_count"), Some(&Value::from(1)));
+    }
+
+    #[test]
+    fn index_skips_vectors_of_other_models() {
+        let v1 = serde_json::json!({"text": "alpha beta"});
+        let v2 = serde_json::json!({"text": "gamma delta"});
+        let e_ok = StoredEmbedding {
+            vector: vec![1.0, 0.0],
+            model: "m".into(),
+            dim: 2,
+        };
+        let e_other = StoredEmbedding {
+            vector: vec![1.0, 0.0],
+            model: "other".into(),
+            dim: 2,
+        };
+        let idx = MemoryIndex::build([(&v1, Some(&e_other)), (&v2, Some(&e_ok))], Some(("m", 2)));
+        let dense = idx.dense_ranking(&[1.0, 0.1], 10);
+        assert_eq!(dense.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1]);
+        assert!(
+            idx.dense_ranking(&[1.0, 0.0, 0.0], 10).is_empty(),
+            "dimension mismatch"
+        );
+        assert!(
+            idx.dense_ranking(&[-1.0, 0.0], 10).is_empty(),
+            "below the 0.5 cosine threshold"
+        );
+    }
+}

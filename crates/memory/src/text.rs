@@ -1,0 +1,137 @@
+//! Tokenization shared by retrieval, deduplication and the policy gates.
+
+use std::collections::HashSet;
+
+use crate::lexicon::lexicon;
+
+/// Whether `c` is a CJK ideograph, kana or hangul syllable (split per character).
+pub fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // hiragana, katakana
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // hangul syllables
+        | 0xF900..=0xFAFF    // compatibility ideographs
+        | 0x20000..=0x2FA1F) // extensions B–F, supplement
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || matches!(c as u32, 0x0300..=0x036F)
+}
+
+/// Unicode `\w+` runs, lowercased; CJK characters become one token each.
+pub fn tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        if is_cjk(c) {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            out.push(c.to_string());
+        } else if is_word_char(c) {
+            cur.extend(c.to_lowercase());
+        } else if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Whether a token carries meaning: at least 2 characters (CJK excepted)
+/// and not a stopword.
+pub fn is_meaningful(token: &str) -> bool {
+    let mut chars = token.chars();
+    let first = chars.next();
+    let single = chars.next().is_none();
+    match first {
+        None => false,
+        Some(c) if single && !is_cjk(c) => false,
+        _ => !lexicon().stopword_set.contains(token),
+    }
+}
+
+/// The meaningful tokens of `text`, in order (with repeats).
+pub fn meaningful_tokens(text: &str) -> Vec<String> {
+    tokens(text)
+        .into_iter()
+        .filter(|t| is_meaningful(t))
+        .collect()
+}
+
+/// The distinct meaningful tokens of `text`.
+pub fn meaningful_set(text: &str) -> HashSet<String> {
+    meaningful_tokens(text).into_iter().collect()
+}
+
+/// Token Jaccard similarity over *all* tokens (no stopword filter), as the
+/// hot-path deduplication uses. Two empty texts are identical (1.0).
+pub fn dedup_jaccard(a: &str, b: &str) -> f64 {
+    let sa: HashSet<String> = tokens(a).into_iter().collect();
+    let sb: HashSet<String> = tokens(b).into_iter().collect();
+    if sa.is_empty() && sb.is_empty() {
+        return 1.0;
+    }
+    let inter = sa.intersection(&sb).count() as f64;
+    let union = sa.union(&sb).count() as f64;
+    inter / union
+}
+
+/// The dedup threshold: texts at or above it are the same memory.
+pub const DEDUP_JACCARD: f64 = 0.85;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenization_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("Hello, World!", &["hello", "world"]),
+            (
+                "my sister's name is Sarah",
+                &["my", "sister", "s", "name", "is", "sarah"],
+            ),
+            ("snake_case stays", &["snake_case", "stays"]),
+            ("我喜欢跑步", &["我", "喜", "欢", "跑", "步"]),
+            ("run跑步ok", &["run", "跑", "步", "ok"]),
+            ("Ünïcode ÉCOLE", &["ünïcode", "école"]),
+            ("", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                tokens(text),
+                want.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn meaningful_filter_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("I am worried about my job", &["worried", "job"]),
+            ("a b c 跑", &["跑"]),
+            ("The dog and the cat", &["dog", "cat"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                meaningful_tokens(text),
+                want.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn dedup_keeps_stopwords() {
+        assert_eq!(dedup_jaccard("I am here", "I am here"), 1.0);
+        assert!(dedup_jaccard("I am here", "you are here") < 0.5);
+        // Stopwords count: these differ only by stopwords yet are not identical.
+        assert!(dedup_jaccard("the job", "job") < 1.0);
+        assert_eq!(dedup_jaccard("", ""), 1.0);
+    }
+}

@@ -90,8 +90,8 @@ pub async fn threads(cmd: ThreadsCmd, settings: Settings) -> anyhow::Result<()> 
                 return Ok(());
             }
             println!(
-                "{:<40} {:>6} {:>8}  {}",
-                "thread", "turns", "messages", "last active (UTC)"
+                "{:<40} {:>6} {:>8}  last active (UTC)",
+                "thread", "turns", "messages"
             );
             for r in rows {
                 println!(

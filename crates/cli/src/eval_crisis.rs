@@ -33,14 +33,55 @@ fn parse_format(s: &str) -> Result<DataFormat, String> {
     s.parse::<DataFormat>().map_err(|e| e.to_string())
 }
 
-/// Runs the evaluation and prints the report to stdout.
-pub fn run(args: &EvalCrisisArgs) -> anyhow::Result<()> {
-    match args.mode.unwrap_or(RuntimeMode::Deterministic) {
-        RuntimeMode::Deterministic => {}
-        RuntimeMode::Hybrid | RuntimeMode::Auto => {
-            bail!("hybrid evaluation needs a configured model; run with --mode deterministic")
+/// One classification: level, confidence and classifier path.
+type Verdict = (u8, &'static str, &'static str);
+
+/// Runs the evaluation and prints the report to stdout. Hybrid (or auto
+/// with a model configured) runs the runtime's hybrid gate against the
+/// configured model.
+pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyhow::Result<()> {
+    let mode = match args.mode.unwrap_or(RuntimeMode::Deterministic) {
+        RuntimeMode::Auto => settings.effective_mode(),
+        m => m,
+    };
+    let mut hybrid = None;
+    if mode == RuntimeMode::Hybrid {
+        if !settings.model_configured() {
+            bail!("hybrid evaluation needs a configured model (OPENAI_API_KEY or OPENAI_BASE_URL)");
         }
+        let mut s = settings.clone();
+        s.mode = RuntimeMode::Hybrid;
+        let model = opencouch_runtime::model_from_settings(&s)?
+            .ok_or_else(|| anyhow::anyhow!("no model could be built from the settings"))?;
+        let gate = opencouch_runtime::CrisisGate::hybrid(
+            model,
+            std::time::Duration::from_secs(s.model_timeout_secs),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        hybrid = Some((gate, rt));
     }
+    let classify_case = |history: &[opencouch_core::Message], message: &str| -> Verdict {
+        match &hybrid {
+            Some((gate, rt)) => {
+                let v = rt.block_on(gate.assess(history, message));
+                (
+                    v.assessment().level.get(),
+                    v.assessment().confidence.as_str(),
+                    v.path().as_str(),
+                )
+            }
+            None => {
+                let c = classify(history, message);
+                (
+                    c.assessment.level.get(),
+                    c.assessment.confidence.as_str(),
+                    c.path.as_str(),
+                )
+            }
+        }
+    };
     let input = std::fs::read_to_string(&args.data)
         .with_context(|| format!("cannot read evaluation data {}", args.data.display()))?;
     let cases = parse_cases(args.format, &input).context("cannot parse evaluation data")?;
@@ -68,15 +109,14 @@ pub fn run(args: &EvalCrisisArgs) -> anyhow::Result<()> {
     };
     let started = std::time::Instant::now();
     for case in &cases {
-        let c = classify(&case.history, &case.message);
-        let level = c.assessment.level.get();
+        let (level, confidence, path) = classify_case(&case.history, &case.message);
         report.add(case.gold, level);
         if let Some(w) = out.as_mut() {
             let line = serde_json::json!({
                 "id": case.id,
                 "level": level,
-                "confidence": c.assessment.confidence.as_str(),
-                "classifier_path": c.path.as_str(),
+                "confidence": confidence,
+                "classifier_path": path,
             });
             writeln!(w, "{line}").context("cannot write predictions")?;
         }
@@ -92,9 +132,10 @@ pub fn run(args: &EvalCrisisArgs) -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed();
     println!(
-        "crisis gate evaluation: {} cases, format {:?}, mode deterministic",
+        "crisis gate evaluation: {} cases, format {:?}, mode {}",
         cases.len(),
-        args.format
+        args.format,
+        mode
     );
     print!("{}", report.render());
     println!(

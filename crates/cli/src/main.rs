@@ -119,6 +119,11 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
     for (k, v) in rows {
         println!("{k:<width$}  {v}");
     }
+    println!(
+        "{:<width$}  {}",
+        "embeddings",
+        opencouch_runtime::embeddings::describe(&loaded.settings)
+    );
     Ok(())
 }
 
@@ -157,7 +162,7 @@ fn dispatch_sync(cli: &Cli) -> Option<anyhow::Result<()>> {
         Command::Eval(EvalCmd::Crisis(args)) => {
             let mut args = args.clone();
             args.mode = cli.global.mode;
-            Some(eval_crisis::run(&args))
+            Some(load_settings(&cli.global, None, None).and_then(|s| eval_crisis::run(&args, &s)))
         }
         Command::Eval(EvalCmd::Memory(args)) => Some(eval_memory::run(args)),
         _ => None,

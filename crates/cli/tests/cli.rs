@@ -16,8 +16,7 @@ fn opencouch(home: &Path) -> Command {
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic")
-        .env("OPENCOUCH_LOG", "error");
+        .env("OPENCOUCH_MODE", "deterministic");
     cmd
 }
 

@@ -54,7 +54,9 @@ impl RuntimeOptions {
     pub fn from_settings(s: &Settings) -> Self {
         RuntimeOptions {
             mode: s.effective_mode(),
-            session_timeout: chrono::Duration::minutes(i64::try_from(s.session_timeout_minutes).unwrap_or(20)),
+            session_timeout: chrono::Duration::minutes(
+                i64::try_from(s.session_timeout_minutes).unwrap_or(20),
+            ),
             transcript_soft_limit: s.transcript_soft_limit,
             recent_window: 12,
             model_timeout: Duration::from_secs(s.model_timeout_secs),
@@ -78,6 +80,8 @@ pub enum RuntimeError {
     Model(String),
     #[error("the turn task stopped unexpectedly")]
     Aborted,
+    #[error("embedded data is invalid: {0}")]
+    Data(String),
 }
 
 impl RuntimeError {
@@ -88,7 +92,7 @@ impl RuntimeError {
             RuntimeError::MessageTooLong { .. } => "message_too_long",
             RuntimeError::Store(_) => "storage_unavailable",
             RuntimeError::Model(_) => "model_configuration",
-            RuntimeError::Aborted => "internal",
+            RuntimeError::Aborted | RuntimeError::Data(_) => "internal",
         }
     }
 }
@@ -121,19 +125,36 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// A persistent runtime over any store bundle. `model` is used only in
     /// hybrid mode.
-    pub fn persistent(stores: Stores, model: Option<Arc<dyn ChatModel>>, opts: RuntimeOptions) -> Self {
+    pub fn persistent(
+        stores: Stores,
+        model: Option<Arc<dyn ChatModel>>,
+        opts: RuntimeOptions,
+    ) -> Self {
         Self::build(stores, MemoryMode::Persistent, model, opts)
     }
 
     /// An incognito runtime. It takes [`EphemeralStores`], which can only
     /// hold in-memory backends, so an incognito runtime cannot be built with
     /// a durable store: the type system enforces it.
-    pub fn incognito(stores: EphemeralStores, model: Option<Arc<dyn ChatModel>>, opts: RuntimeOptions) -> Self {
+    pub fn incognito(
+        stores: EphemeralStores,
+        model: Option<Arc<dyn ChatModel>>,
+        opts: RuntimeOptions,
+    ) -> Self {
         Self::build(stores.stores().clone(), MemoryMode::Incognito, model, opts)
     }
 
-    fn build(stores: Stores, memory_mode: MemoryMode, model: Option<Arc<dyn ChatModel>>, opts: RuntimeOptions) -> Self {
-        let model = if opts.mode == RuntimeMode::Deterministic { None } else { model };
+    fn build(
+        stores: Stores,
+        memory_mode: MemoryMode,
+        model: Option<Arc<dyn ChatModel>>,
+        opts: RuntimeOptions,
+    ) -> Self {
+        let model = if opts.mode == RuntimeMode::Deterministic {
+            None
+        } else {
+            model
+        };
         let mut opts = opts;
         if model.is_none() {
             opts.mode = RuntimeMode::Deterministic;
@@ -142,14 +163,27 @@ impl Runtime {
             Some(m) => CrisisGate::hybrid(m.clone(), opts.model_timeout),
             None => CrisisGate::deterministic(),
         };
-        Runtime { inner: Arc::new(Inner { opts, stores, memory_mode, model, gate, embedder: None }) }
+        Runtime {
+            inner: Arc::new(Inner {
+                opts,
+                stores,
+                memory_mode,
+                model,
+                gate,
+                embedder: None,
+            }),
+        }
     }
 
     /// Attaches an embedding provider for hybrid memory retrieval (ignored
     /// in incognito, which never embeds anything).
     pub fn with_embedder(self, embedder: EmbedderHandle) -> Self {
         let i = &self.inner;
-        let embedder = if i.memory_mode == MemoryMode::Incognito { None } else { Some(embedder) };
+        let embedder = if i.memory_mode == MemoryMode::Incognito {
+            None
+        } else {
+            Some(embedder)
+        };
         let inner = Inner {
             opts: i.opts.clone(),
             stores: i.stores.clone(),
@@ -158,18 +192,25 @@ impl Runtime {
             gate: i.gate.clone(),
             embedder,
         };
-        Runtime { inner: Arc::new(inner) }
+        Runtime {
+            inner: Arc::new(inner),
+        }
     }
 
     /// Builds the runtime the settings describe: SQLite (default) or
     /// PostgreSQL for persistent mode, in-memory for incognito; the
     /// OpenAI-compatible client when a model is configured.
-    pub async fn from_settings(settings: &Settings, memory_mode: MemoryMode) -> Result<Self, RuntimeError> {
+    pub async fn from_settings(
+        settings: &Settings,
+        memory_mode: MemoryMode,
+    ) -> Result<Self, RuntimeError> {
         let opts = RuntimeOptions::from_settings(settings);
         let model = model_from_settings(settings)?;
         let runtime = match memory_mode {
             MemoryMode::Incognito => Runtime::incognito(EphemeralStores::new(), model, opts),
-            MemoryMode::Persistent => Runtime::persistent(open_stores(settings).await?, model, opts),
+            MemoryMode::Persistent => {
+                Runtime::persistent(open_stores(settings).await?, model, opts)
+            }
         };
         let embedder = crate::memory::embedder_from_settings(settings);
         Ok(match embedder {
@@ -215,24 +256,48 @@ impl Runtime {
     /// Runs one turn as a stream of events: statuses, chunks,
     /// `response_ready`, then `done` (or one `error`) last. The turn runs in
     /// its own task, so a dropped stream never leaves a turn half-written.
-    pub fn run_turn_stream(&self, input: AgentInput) -> impl Stream<Item = StreamEvent> + Send + 'static {
+    pub fn run_turn_stream(
+        &self,
+        input: AgentInput,
+    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
         let (tx, rx) = mpsc::channel::<StreamEvent>(64);
         let runtime = self.clone();
         tokio::spawn(async move {
             let sink = crate::turn::EventSink::new(tx.clone());
             let result = crate::turn::execute(&runtime, input, &sink).await;
             let last = match result {
-                Ok(output) => StreamEvent::Done { output: Box::new(output) },
-                Err(e) => StreamEvent::Error { code: e.code().to_owned(), message: e.to_string() },
+                Ok(output) => StreamEvent::Done {
+                    output: Box::new(output),
+                },
+                Err(e) => StreamEvent::Error {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                },
             };
             let _ = tx.send(last).await;
         });
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) })
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
+        )
     }
 }
 
+/// Checks every embedded data file (crisis rules and directory, prompts,
+/// exercises) once; a broken build refuses to start instead of degrading.
+pub fn check_embedded_data() -> Result<(), RuntimeError> {
+    opencouch_safety::rules::rules().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    opencouch_safety::resources::directory().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    opencouch_safety::plan::load_plan_texts().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    opencouch_prompts::check_data().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    opencouch_exercises::check_builtin_data().map_err(RuntimeError::Data)?;
+    Ok(())
+}
+
 /// The chat model the settings describe, if any (and if the mode uses one).
-pub fn model_from_settings(settings: &Settings) -> Result<Option<Arc<dyn ChatModel>>, RuntimeError> {
+pub fn model_from_settings(
+    settings: &Settings,
+) -> Result<Option<Arc<dyn ChatModel>>, RuntimeError> {
     if settings.effective_mode() == RuntimeMode::Deterministic {
         return Ok(None);
     }
@@ -256,6 +321,8 @@ pub async fn open_stores(settings: &Settings) -> Result<Stores, RuntimeError> {
         let url = settings.database_url.as_deref().unwrap_or_default();
         Ok(PgStores::connect(url).await?.into_stores())
     } else {
-        Ok(SqliteStores::open(&settings.sqlite_path()).await?.into_stores())
+        Ok(SqliteStores::open(&settings.sqlite_path())
+            .await?
+            .into_stores())
     }
 }

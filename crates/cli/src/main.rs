@@ -14,6 +14,8 @@ mod chat;
 mod eval_crisis;
 mod eval_memory;
 mod memory_cmd;
+mod serve;
+mod users;
 use opencouch_config::{Overrides, Settings};
 use opencouch_core::{MemoryMode, RuntimeMode};
 
@@ -55,6 +57,11 @@ struct GlobalArgs {
 enum Command {
     /// Talk to OpenCouch in the terminal (reads one message per line when piped)
     Chat(chat::ChatArgs),
+    /// Run the HTTP API and the web page
+    Serve(serve::ServeArgs),
+    /// Manage API users and their tokens
+    #[command(subcommand)]
+    Users(users::UsersCmd),
     /// Print the effective settings (secrets masked) and where they came from
     Config,
     /// Inspect stored conversation threads
@@ -149,6 +156,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::CrisisLog(cmd) => {
             admin::crisis_log(cmd, load_settings(&cli.global, None, None)?).await
         }
+        Command::Serve(args) => {
+            serve::run(
+                &args,
+                load_settings(&cli.global, None, args.listen.clone())?,
+            )
+            .await
+        }
+        Command::Users(cmd) => users::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,
     }
 }

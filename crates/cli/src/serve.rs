@@ -14,7 +14,10 @@ pub struct ServeArgs {
 /// # Errors
 /// A bad address, no users on an open address, or a runtime/socket failure.
 pub async fn run(args: &ServeArgs, settings: opencouch_config::Settings) -> anyhow::Result<()> {
-    let listen = args.listen.clone().unwrap_or_else(|| settings.listen.clone());
+    let listen = args
+        .listen
+        .clone()
+        .unwrap_or_else(|| settings.listen.clone());
     eprintln!("OpenCouch API on http://{listen}/ (Ctrl-C to stop)");
     opencouch_server::serve(&settings, &listen).await?;
     Ok(())

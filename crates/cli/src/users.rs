@@ -42,7 +42,11 @@ pub async fn run(cmd: UsersCmd, settings: opencouch_config::Settings) -> anyhow:
                     Some(t) => format!("revoked {}", t.format("%Y-%m-%d %H:%M")),
                     None => "active".to_owned(),
                 };
-                println!("{:<32} added {}  {state}", u.name, u.created_at.format("%Y-%m-%d %H:%M"));
+                println!(
+                    "{:<32} added {}  {state}",
+                    u.name,
+                    u.created_at.format("%Y-%m-%d %H:%M")
+                );
             }
         }
         UsersCmd::Revoke { name } => {

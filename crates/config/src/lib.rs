@@ -173,7 +173,11 @@ impl Settings {
         overrides: &Overrides,
         env: &[(String, String)],
     ) -> Result<Loaded, ConfigError> {
-        let get = |k: &str| env.iter().find(|(name, _)| name == k).map(|(_, v)| v.clone());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        };
         let file = match config_file {
             Some(p) => Some(p.to_path_buf()),
             None => match get("OPENCOUCH_CONFIG") {
@@ -183,8 +187,10 @@ impl Settings {
         };
         let mut fig = Figment::from(Serialized::defaults(Settings::default()));
         if let Some(path) = &file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
             fig = fig.merge(Toml::string(&text));
         }
         // OPENCOUCH_* (except the file pointer itself).
@@ -213,21 +219,36 @@ impl Settings {
             fig = fig.merge(Serialized::default("fast_model", v));
         }
         fig = fig.merge(Serialized::defaults(overrides));
-        let settings: Settings = fig.extract().map_err(|e| from_figment(&e, file.as_deref()))?;
+        let settings: Settings = fig
+            .extract()
+            .map_err(|e| from_figment(&e, file.as_deref()))?;
         settings.validate()?;
-        Ok(Loaded { settings, config_file: file })
+        Ok(Loaded {
+            settings,
+            config_file: file,
+        })
     }
 
     /// Checks values serde cannot check on its own.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |key: &str, message: &str| Err(ConfigError::Invalid { key: key.into(), message: message.into() });
+        let bad = |key: &str, message: &str| {
+            Err(ConfigError::Invalid {
+                key: key.into(),
+                message: message.into(),
+            })
+        };
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
             return bad("base_url", "must start with http:// or https://");
         }
         if let Some(url) = &self.database_url
-            && !(url.starts_with("postgres://") || url.starts_with("postgresql://") || url.starts_with("sqlite:"))
+            && !(url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite:"))
         {
-            return bad("database_url", "must start with postgres://, postgresql:// or sqlite:");
+            return bad(
+                "database_url",
+                "must start with postgres://, postgresql:// or sqlite:",
+            );
         }
         if self.listen.parse::<SocketAddr>().is_err() {
             return bad("listen", "must be an address like 127.0.0.1:8080");
@@ -252,7 +273,11 @@ impl Settings {
         if self.max_message_chars == 0 {
             return bad("max_message_chars", "must be greater than 0");
         }
-        for (key, v) in [("control_model", &self.control_model), ("fast_model", &self.fast_model), ("quality_model", &self.quality_model)] {
+        for (key, v) in [
+            ("control_model", &self.control_model),
+            ("fast_model", &self.fast_model),
+            ("quality_model", &self.quality_model),
+        ] {
             if v.trim().is_empty() {
                 return bad(key, "must not be empty");
             }
@@ -277,7 +302,9 @@ impl Settings {
 
     /// Whether the configured database is PostgreSQL.
     pub fn uses_postgres(&self) -> bool {
-        self.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"))
+        self.database_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("postgres"))
     }
 
     /// The data directory: the setting, else `$XDG_DATA_HOME/opencouch`,
@@ -313,12 +340,21 @@ impl Settings {
             None => format!("sqlite (embedded): {}", self.sqlite_path().display()),
         };
         vec![
-            ("mode", format!("{} (effective: {})", self.mode, self.effective_mode())),
+            (
+                "mode",
+                format!("{} (effective: {})", self.mode, self.effective_mode()),
+            ),
             ("memory_mode", self.memory_mode.to_string()),
             ("data_dir", self.resolved_data_dir().display().to_string()),
             ("database", db),
             ("base_url", self.base_url.clone()),
-            ("api_key", self.api_key.as_ref().map(Secret::masked).unwrap_or_else(|| "(not set)".into())),
+            (
+                "api_key",
+                self.api_key
+                    .as_ref()
+                    .map(Secret::masked)
+                    .unwrap_or_else(|| "(not set)".into()),
+            ),
             ("control_model", self.control_model.clone()),
             ("fast_model", self.fast_model.clone()),
             ("quality_model", self.quality_model.clone()),
@@ -327,16 +363,34 @@ impl Settings {
             ("embedding_model", opt(&self.embedding_model)),
             (
                 "embedding_model_dir",
-                self.embedding_model_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(not set)".into()),
+                self.embedding_model_dir
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "(not set)".into()),
             ),
-            ("session_timeout_minutes", self.session_timeout_minutes.to_string()),
-            ("sweep_interval_seconds", self.sweep_interval_seconds.to_string()),
-            ("transcript_soft_limit", self.transcript_soft_limit.to_string()),
+            (
+                "session_timeout_minutes",
+                self.session_timeout_minutes.to_string(),
+            ),
+            (
+                "sweep_interval_seconds",
+                self.sweep_interval_seconds.to_string(),
+            ),
+            (
+                "transcript_soft_limit",
+                self.transcript_soft_limit.to_string(),
+            ),
             ("listen", self.listen.clone()),
             ("body_limit_bytes", self.body_limit_bytes.to_string()),
             ("max_message_chars", self.max_message_chars.to_string()),
-            ("rate_limit_per_minute", self.rate_limit_per_minute.to_string()),
-            ("request_timeout_secs", self.request_timeout_secs.to_string()),
+            (
+                "rate_limit_per_minute",
+                self.rate_limit_per_minute.to_string(),
+            ),
+            (
+                "request_timeout_secs",
+                self.request_timeout_secs.to_string(),
+            ),
         ]
     }
 }
@@ -358,16 +412,26 @@ fn default_config_file(get: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> 
     if let Some(x) = get("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(x).join("opencouch/config.toml"));
     }
-    get("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config/opencouch/config.toml"))
+    get("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(".config/opencouch/config.toml"))
 }
 
 fn from_figment(e: &figment::Error, file: Option<&Path>) -> ConfigError {
     if let figment::error::Kind::UnknownField(name, _) = &e.kind {
-        let source = file.map(|p| format!(" in {}", p.display())).unwrap_or_default();
-        return ConfigError::Invalid { key: name.clone(), message: format!("unknown setting{source}") };
+        let source = file
+            .map(|p| format!(" in {}", p.display()))
+            .unwrap_or_default();
+        return ConfigError::Invalid {
+            key: name.clone(),
+            message: format!("unknown setting{source}"),
+        };
     }
     let key = e.path.last().cloned().unwrap_or_else(|| "(file)".into());
-    ConfigError::Invalid { key, message: e.kind.to_string() }
+    ConfigError::Invalid {
+        key,
+        message: e.kind.to_string(),
+    }
 }
 
 fn mask_url(url: &str) -> String {
@@ -386,7 +450,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
@@ -413,14 +480,22 @@ mod tests {
             ("OPENAI_MODEL", "std-model"),
             ("OPENAI_API_KEY", "sk-abcdefghijklmnop"),
         ]);
-        let over = Overrides { mode: Some(RuntimeMode::Hybrid), ..Default::default() };
-        let s = Settings::load_from(Some(&file), &over, &vars).unwrap().settings;
+        let over = Overrides {
+            mode: Some(RuntimeMode::Hybrid),
+            ..Default::default()
+        };
+        let s = Settings::load_from(Some(&file), &over, &vars)
+            .unwrap()
+            .settings;
         assert_eq!(s.mode, RuntimeMode::Hybrid, "flag beats file");
         assert_eq!(s.fast_model, "std-model", "OPENAI_MODEL beats OPENCOUCH_*");
         assert_eq!(s.control_model, "std-model");
         assert_eq!(s.session_timeout_minutes, 7, "env beats file");
         assert_eq!(s.api_key.as_ref().unwrap().masked(), "****mnop");
-        assert!(!format!("{s:?}").contains("abcdefgh"), "debug output masks the key");
+        assert!(
+            !format!("{s:?}").contains("abcdefgh"),
+            "debug output masks the key"
+        );
         assert_eq!(s.effective_mode(), RuntimeMode::Hybrid);
     }
 
@@ -429,12 +504,21 @@ mod tests {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("OPENCOUCH_MODE", "turbo")], "mode"),
             (&[("OPENCOUCH_MEMORY_MODE", "guest")], "memory_mode"),
-            (&[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "soon")], "session_timeout_minutes"),
-            (&[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "0")], "session_timeout_minutes"),
+            (
+                &[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "soon")],
+                "session_timeout_minutes",
+            ),
+            (
+                &[("OPENCOUCH_SESSION_TIMEOUT_MINUTES", "0")],
+                "session_timeout_minutes",
+            ),
             (&[("OPENAI_BASE_URL", "ftp://x")], "base_url"),
             (&[("OPENCOUCH_DATABASE_URL", "mysql://x")], "database_url"),
             (&[("OPENCOUCH_LISTEN", "everywhere")], "listen"),
-            (&[("OPENCOUCH_MODEL_MAX_ATTEMPTS", "9")], "model_max_attempts"),
+            (
+                &[("OPENCOUCH_MODEL_MAX_ATTEMPTS", "9")],
+                "model_max_attempts",
+            ),
             (&[("OPENCOUCH_NO_SUCH_THING", "1")], "no_such_thing"),
         ];
         for (vars, key) in cases {
@@ -448,13 +532,20 @@ mod tests {
         let s = load(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")]).unwrap();
         assert!(s.model_configured());
         assert_eq!(s.effective_mode(), RuntimeMode::Hybrid);
-        let forced = load(&[("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"), ("OPENCOUCH_MODE", "deterministic")]).unwrap();
+        let forced = load(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
+            ("OPENCOUCH_MODE", "deterministic"),
+        ])
+        .unwrap();
         assert_eq!(forced.effective_mode(), RuntimeMode::Deterministic);
     }
 
     #[test]
     fn urls_are_masked() {
-        assert_eq!(mask_url("postgres://u:secret@h:5432/db"), "postgres://u:****@h:5432/db");
+        assert_eq!(
+            mask_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:****@h:5432/db"
+        );
         let s = load(&[("OPENCOUCH_DATABASE_URL", "postgres://u:pw@localhost/db")]).unwrap();
         let rows = s.display_rows();
         assert!(rows.iter().all(|(_, v)| !v.contains("pw@")));

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use opencouch_core::ModelTier;
-use opencouch_llm::{ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec};
+use opencouch_llm::{
+    ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec,
+};
 use serde_json::{Value, json};
 
 use crate::tools::ToolContext;
@@ -35,7 +37,9 @@ impl ToolError {
     /// The JSON the model sees.
     pub fn to_json(&self) -> Value {
         match self {
-            ToolError::InvalidArguments(m) => json!({"ok": false, "error": "invalid_arguments", "detail": m}),
+            ToolError::InvalidArguments(m) => {
+                json!({"ok": false, "error": "invalid_arguments", "detail": m})
+            }
             ToolError::Refused(code) => json!({"ok": false, "error": code}),
             ToolError::Failed(m) => json!({"ok": false, "error": "tool_failed", "detail": m}),
         }
@@ -80,7 +84,9 @@ pub struct Toolbox {
 
 impl Toolbox {
     pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
-        Toolbox { tools: tools.into_iter().map(|t| (t.spec().name, t)).collect() }
+        Toolbox {
+            tools: tools.into_iter().map(|t| (t.spec().name, t)).collect(),
+        }
     }
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
@@ -104,7 +110,12 @@ impl Toolbox {
         };
         let args = match call.arguments_json() {
             Ok(v) => v,
-            Err(_) => return (ToolError::InvalidArguments("arguments are not valid JSON".into()).to_json(), false),
+            Err(_) => {
+                return (
+                    ToolError::InvalidArguments("arguments are not valid JSON".into()).to_json(),
+                    false,
+                );
+            }
         };
         match tool.call(ctx, args).await {
             Ok(v) => (v, true),
@@ -127,20 +138,35 @@ pub async fn run_tool_loop(
         if !toolbox.is_empty() {
             req = req.with_tools(toolbox.specs());
             // The last round must answer in text.
-            req = req.with_tool_choice(if round == MAX_TOOL_ROUNDS { ToolChoice::None } else { ToolChoice::Auto });
+            req = req.with_tool_choice(if round == MAX_TOOL_ROUNDS {
+                ToolChoice::None
+            } else {
+                ToolChoice::Auto
+            });
         }
         let resp = model.complete(req).await?;
         if !resp.has_tool_calls() || round == MAX_TOOL_ROUNDS {
-            return Ok(LoopOutcome { text: resp.text.unwrap_or_default(), calls, rounds: round + 1 });
+            return Ok(LoopOutcome {
+                text: resp.text.unwrap_or_default(),
+                calls,
+                rounds: round + 1,
+            });
         }
         messages.push(resp.to_assistant_message());
         for call in &resp.tool_calls {
             let (result, ok) = toolbox.execute(ctx, call).await;
             tracing::debug!(tool = %call.name, ok, "tool call");
-            calls.push(ToolCallRecord { name: call.name.clone(), ok });
+            calls.push(ToolCallRecord {
+                name: call.name.clone(),
+                ok,
+            });
             messages.push(ChatMessage::tool(call.id.clone(), result.to_string()));
         }
     }
     // Unreachable in practice: the final round returns above.
-    Ok(LoopOutcome { text: String::new(), calls, rounds: MAX_TOOL_ROUNDS + 1 })
+    Ok(LoopOutcome {
+        text: String::new(),
+        calls,
+        rounds: MAX_TOOL_ROUNDS + 1,
+    })
 }

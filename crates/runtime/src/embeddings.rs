@@ -25,7 +25,10 @@ struct RemoteEmbedder {
 #[async_trait]
 impl Embedder for RemoteEmbedder {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.inner.embed(texts).await.map_err(|e| EmbedError(e.kind().to_owned()))
+        self.inner
+            .embed(texts)
+            .await
+            .map_err(|e| EmbedError(e.kind().to_owned()))
     }
     fn model_id(&self) -> &str {
         &self.model
@@ -73,7 +76,11 @@ pub fn from_settings(settings: &Settings) -> Option<EmbedderHandle> {
         ..EmbeddingsConfig::default()
     };
     match OpenAiEmbeddings::new(config) {
-        Ok(inner) => Some(Arc::new(RemoteEmbedder { inner, model, dim: 0 })),
+        Ok(inner) => Some(Arc::new(RemoteEmbedder {
+            inner,
+            model,
+            dim: 0,
+        })),
         Err(e) => {
             tracing::warn!(error = %e, "embedding client could not be built");
             None

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 use crate::agent::{Tool, ToolError, Toolbox, run_tool_loop};
 use crate::runtime::Runtime;
-use crate::specialists::{SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context};
+use crate::specialists::{
+    SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context,
+};
 use crate::tools::{ToolContext, str_arg};
 
 pub const LIST_TOOL: &str = "list_guided_exercise_skills";
@@ -32,7 +34,10 @@ pub struct ProgressRequest {
 
 /// One line describing the active exercise for prompts.
 pub fn context_line(ex: &ExerciseState) -> String {
-    let total = Catalog::builtin().get(&ex.exercise_type).map(|e| e.steps.len()).unwrap_or(0);
+    let total = Catalog::builtin()
+        .get(&ex.exercise_type)
+        .map(|e| e.steps.len())
+        .unwrap_or(0);
     format!(
         "Active guided exercise: {} (step {} of {}, step id {}, approach {}).",
         ex.exercise_type,
@@ -65,7 +70,10 @@ impl Tool for ListExercises {
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         let approach = match str_arg(&args, "approach") {
-            Some(a) => Some(a.parse::<Approach>().map_err(|e| ToolError::InvalidArguments(e.to_string()))?),
+            Some(a) => Some(
+                a.parse::<Approach>()
+                    .map_err(|e| ToolError::InvalidArguments(e.to_string()))?,
+            ),
             None => None,
         };
         let list: Vec<Value> = Catalog::builtin()
@@ -126,7 +134,9 @@ impl Tool for RecordProgress {
         let outcome: StepOutcome = str_arg(&args, "outcome")
             .ok_or_else(|| ToolError::InvalidArguments("outcome is required".into()))?
             .parse()
-            .map_err(|e: opencouch_core::UnknownValue| ToolError::InvalidArguments(e.to_string()))?;
+            .map_err(|e: opencouch_core::UnknownValue| {
+                ToolError::InvalidArguments(e.to_string())
+            })?;
         let outcome = if outcome.is_voice_only() && ctx.channel != opencouch_core::Channel::Voice {
             StepOutcome::Hold
         } else {
@@ -140,10 +150,16 @@ impl Tool for RecordProgress {
         if skill != self.state.exercise_type {
             return Err(ToolError::Refused("exercise_mismatch"));
         }
-        let transition =
-            exercise.transition(&self.state, outcome, step).map_err(|_| ToolError::Refused("step_mismatch"))?;
+        let transition = exercise
+            .transition(&self.state, outcome, step)
+            .map_err(|_| ToolError::Refused("step_mismatch"))?;
         let kind = transition_kind(&transition);
-        ctx.with_effects(|e| e.exercise_progress = Some(ProgressRequest { outcome, transition }));
+        ctx.with_effects(|e| {
+            e.exercise_progress = Some(ProgressRequest {
+                outcome,
+                transition,
+            })
+        });
         Ok(json!({"ok": true, "action": kind.as_str()}))
     }
 }
@@ -159,7 +175,12 @@ pub fn transition_kind(t: &Transition) -> TransitionKind {
     }
 }
 
-fn outcome(text: String, exercise: ExerciseUpdate, approach: Approach, diag: Diagnostics) -> SpecialistOutcome {
+fn outcome(
+    text: String,
+    exercise: ExerciseUpdate,
+    approach: Approach,
+    diag: Diagnostics,
+) -> SpecialistOutcome {
     SpecialistOutcome {
         text,
         style: ResponseStyle::GuidedExercise,
@@ -189,7 +210,12 @@ pub(crate) async fn run(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOut
             };
             let approach = state.exercise_therapeutic_approach;
             match si.plan.flow_action {
-                FlowAction::Clear => outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag),
+                FlowAction::Clear => outcome(
+                    opencouch_exercises::render_cancel(),
+                    ExerciseUpdate::Clear,
+                    approach,
+                    diag,
+                ),
                 FlowAction::Resume => {
                     let idx = state.exercise_step as usize;
                     let text = opencouch_exercises::render_resume(exercise, idx)
@@ -202,12 +228,24 @@ pub(crate) async fn run(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOut
     }
 }
 
-async fn start(rt: &Runtime, si: &SpecialistInput<'_>, catalog: &Catalog, mut diag: Diagnostics) -> SpecialistOutcome {
-    let requested = si.triage.and_then(|t| t.exercise_type.as_deref()).and_then(|id| catalog.get(id));
+async fn start(
+    rt: &Runtime,
+    si: &SpecialistInput<'_>,
+    catalog: &Catalog,
+    mut diag: Diagnostics,
+) -> SpecialistOutcome {
+    let requested = si
+        .triage
+        .and_then(|t| t.exercise_type.as_deref())
+        .and_then(|id| catalog.get(id));
     let Some(exercise) = requested else {
         // No valid exercise named: offer instead of starting anything.
         diag.set("exercise_start_rejected", "unknown_exercise");
-        let mut out = crate::specialists::deterministic_therapeutic(si, ResponseStyle::Supportive, Approach::None);
+        let mut out = crate::specialists::deterministic_therapeutic(
+            si,
+            ResponseStyle::Supportive,
+            Approach::None,
+        );
         out.diagnostics.merge(diag);
         return out;
     };
@@ -220,9 +258,17 @@ async fn start(rt: &Runtime, si: &SpecialistInput<'_>, catalog: &Catalog, mut di
     let deterministic = opencouch_exercises::render_start(exercise);
     let text = match &rt.inner.model {
         None => deterministic,
-        Some(_) => word_with_model(rt, si, exercise, &state, TransitionKind::Advance, &mut diag, None)
-            .await
-            .unwrap_or(deterministic),
+        Some(_) => word_with_model(
+            rt,
+            si,
+            exercise,
+            &state,
+            TransitionKind::Advance,
+            &mut diag,
+            None,
+        )
+        .await
+        .unwrap_or(deterministic),
     };
     outcome(text, ExerciseUpdate::Set(state), approach, diag)
 }
@@ -236,7 +282,11 @@ fn step_replies(si: &SpecialistInput<'_>, state: &ExerciseState) -> Vec<String> 
         .get("exercise_step_replies")
         .and_then(|v| v.get(&key))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -251,7 +301,12 @@ async fn continue_step(
     let idx = state.exercise_step as usize;
     let Some(step) = exercise.step(idx) else {
         diag.set("exercise_state_invalid", true);
-        return outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag);
+        return outcome(
+            opencouch_exercises::render_cancel(),
+            ExerciseUpdate::Clear,
+            approach,
+            diag,
+        );
     };
     let earlier = step_replies(si, state);
     let earlier_refs: Vec<&str> = earlier.iter().map(String::as_str).collect();
@@ -273,17 +328,31 @@ async fn continue_step(
         None => {
             let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
             let outcome_now = if rt.inner.model.is_some() && !assessment.confident {
-                classify_with_model(rt, exercise, step, reply, &mut diag).await.unwrap_or(assessment.outcome)
+                classify_with_model(rt, exercise, step, reply, &mut diag)
+                    .await
+                    .unwrap_or(assessment.outcome)
             } else {
                 assessment.outcome
             };
-            diag.set("exercise_progress_source", if rt.inner.model.is_some() { "runtime_fallback" } else { "deterministic" });
+            diag.set(
+                "exercise_progress_source",
+                if rt.inner.model.is_some() {
+                    "runtime_fallback"
+                } else {
+                    "deterministic"
+                },
+            );
             match exercise.transition(state, outcome_now, &step.id) {
                 Ok(t) => (outcome_now, t),
                 Err(e) => {
                     tracing::warn!(error = %e, "exercise state invalid; clearing it");
                     diag.set("exercise_state_invalid", true);
-                    return outcome(opencouch_exercises::render_cancel(), ExerciseUpdate::Clear, approach, diag);
+                    return outcome(
+                        opencouch_exercises::render_cancel(),
+                        ExerciseUpdate::Clear,
+                        approach,
+                        diag,
+                    );
                 }
             }
         }
@@ -321,7 +390,9 @@ async fn continue_step(
             o
         }
         Transition::Cancel => outcome(
-            model_text.unwrap_or_else(|| deterministic.unwrap_or_else(opencouch_exercises::render_cancel)),
+            model_text.unwrap_or_else(|| {
+                deterministic.unwrap_or_else(opencouch_exercises::render_cancel)
+            }),
             ExerciseUpdate::Clear,
             approach,
             diag,
@@ -335,7 +406,8 @@ async fn continue_step(
             outcome(text, ExerciseUpdate::Set(same), approach, diag)
         }
     };
-    out.progress_extra.insert("exercise_step_replies".into(), step_replies_value);
+    out.progress_extra
+        .insert("exercise_step_replies".into(), step_replies_value);
     out
 }
 
@@ -376,18 +448,47 @@ async fn model_turn(
     state: &ExerciseState,
     diag: &mut Diagnostics,
 ) -> (Option<String>, Option<ProgressRequest>) {
-    let Some(model) = rt.inner.model.clone() else { return (None, None) };
+    let Some(model) = rt.inner.model.clone() else {
+        return (None, None);
+    };
     let idx = state.exercise_step as usize;
-    let block = opencouch_exercises::render_skill_block(exercise, idx, TransitionKind::Hold, state.exercise_therapeutic_approach)
-        .unwrap_or_default();
+    let block = opencouch_exercises::render_skill_block(
+        exercise,
+        idx,
+        TransitionKind::Hold,
+        state.exercise_therapeutic_approach,
+    )
+    .unwrap_or_default();
     let mut spec = instruction_spec(Specialist::GuidedExercise, si);
     spec.approach = Some(state.exercise_therapeutic_approach);
-    spec.exercise_context = Some(format!("{} expected_skill_id={} expected_step_id={}", context_line(state), state.exercise_type, state.exercise_step_id));
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadExerciseSkill { block }), Arc::new(RecordProgress { state: state.clone() })];
+    spec.exercise_context = Some(format!(
+        "{} expected_skill_id={} expected_step_id={}",
+        context_line(state),
+        state.exercise_type,
+        state.exercise_step_id
+    ));
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(LoadExerciseSkill { block }),
+        Arc::new(RecordProgress {
+            state: state.clone(),
+        }),
+    ];
     let ctx = tool_context(rt, si);
-    match run_tool_loop(model.as_ref(), si.input.response_model_tier, messages_for(&spec), &Toolbox::new(tools), &ctx).await {
+    match run_tool_loop(
+        model.as_ref(),
+        si.input.response_model_tier,
+        messages_for(&spec),
+        &Toolbox::new(tools),
+        &ctx,
+    )
+    .await
+    {
         Ok(o) => {
-            let names: Vec<Value> = o.calls.iter().map(|c| Value::from(c.name.clone())).collect();
+            let names: Vec<Value> = o
+                .calls
+                .iter()
+                .map(|c| Value::from(c.name.clone()))
+                .collect();
             diag.set("openai_guided_exercise_tool_calls", Value::Array(names));
             let progress = ctx.with_effects(|e| e.exercise_progress.take()).flatten();
             let refused = o.calls.iter().any(|c| c.name == RECORD_TOOL && !c.ok);
@@ -397,7 +498,11 @@ async fn model_turn(
             let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
             // Text written before a valid report describes the old step; only
             // use it when the model's report was accepted.
-            let text = if progress.is_some() && !text.trim().is_empty() { Some(text) } else { None };
+            let text = if progress.is_some() && !text.trim().is_empty() {
+                Some(text)
+            } else {
+                None
+            };
             (text, progress)
         }
         Err(e) => {
@@ -418,16 +523,36 @@ async fn word_with_model(
     _mode: Option<RenderMode>,
 ) -> Option<String> {
     let model = rt.inner.model.clone()?;
-    let block = opencouch_exercises::render_skill_block(exercise, state.exercise_step as usize, action, state.exercise_therapeutic_approach)?;
+    let block = opencouch_exercises::render_skill_block(
+        exercise,
+        state.exercise_step as usize,
+        action,
+        state.exercise_therapeutic_approach,
+    )?;
     let mut spec = instruction_spec(Specialist::GuidedExercise, si);
     spec.approach = Some(state.exercise_therapeutic_approach);
-    spec.exercise_context = Some(format!("{}\nThe exercise is starting now; the person agreed to it.", context_line(state)));
+    spec.exercise_context = Some(format!(
+        "{}\nThe exercise is starting now; the person agreed to it.",
+        context_line(state)
+    ));
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadExerciseSkill { block })];
     let ctx = tool_context(rt, si);
-    match run_tool_loop(model.as_ref(), si.input.response_model_tier, messages_for(&spec), &Toolbox::new(tools), &ctx).await {
+    match run_tool_loop(
+        model.as_ref(),
+        si.input.response_model_tier,
+        messages_for(&spec),
+        &Toolbox::new(tools),
+        &ctx,
+    )
+    .await
+    {
         Ok(o) => {
             let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            if text.trim().is_empty() { None } else { Some(text) }
+            if text.trim().is_empty() {
+                None
+            } else {
+                Some(text)
+            }
         }
         Err(e) => {
             diag.set("openai_sdk_fallback_reason", e.kind());

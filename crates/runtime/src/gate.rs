@@ -58,7 +58,13 @@ impl GateVerdict {
     /// available outside tests so production code must go through the gate.
     #[cfg(any(test, feature = "test-util"))]
     pub fn for_tests(assessment: CrisisAssessment) -> Self {
-        GateVerdict { assessment, path: ClassifierPath::Deterministic, override_kind: None, llm_failure: false, elapsed_ms: 0.0 }
+        GateVerdict {
+            assessment,
+            path: ClassifierPath::Deterministic,
+            override_kind: None,
+            llm_failure: false,
+            elapsed_ms: 0.0,
+        }
     }
 }
 
@@ -84,12 +90,18 @@ pub struct CrisisGate {
 impl CrisisGate {
     /// A gate with no model: the deterministic classifier only.
     pub fn deterministic() -> Self {
-        CrisisGate { model: None, timeout: Duration::from_secs(10) }
+        CrisisGate {
+            model: None,
+            timeout: Duration::from_secs(10),
+        }
     }
 
     /// A hybrid gate; `timeout` bounds the model call.
     pub fn hybrid(model: Arc<dyn ChatModel>, timeout: Duration) -> Self {
-        CrisisGate { model: Some(model), timeout }
+        CrisisGate {
+            model: Some(model),
+            timeout,
+        }
     }
 
     /// Classifies `message` given the server-side `history`.
@@ -111,12 +123,25 @@ impl CrisisGate {
             return finish(det.assessment, ClassifierPath::Deterministic, None, false);
         };
         let (system, user) = opencouch_safety::classifier_prompt(history, message);
-        let call = opencouch_llm::structured::<ModelCrisisOutput, _>(model.as_ref(), ModelTier::Control, &system, &user);
+        let call = opencouch_llm::structured::<ModelCrisisOutput, _>(
+            model.as_ref(),
+            ModelTier::Control,
+            &system,
+            &user,
+        );
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(out)) => {
-                let from_model = opencouch_safety::normalize_model_output(out.level, &out.confidence, &out.reason);
+                let from_model = opencouch_safety::normalize_model_output(
+                    out.level,
+                    &out.confidence,
+                    &out.reason,
+                );
                 // The model may raise but never lower the deterministic level.
-                let merged = if det.assessment.level > from_model.level { det.assessment } else { from_model };
+                let merged = if det.assessment.level > from_model.level {
+                    det.assessment
+                } else {
+                    from_model
+                };
                 finish(merged, ClassifierPath::LlmPrimary, None, false)
             }
             Ok(Err(e)) => {
@@ -124,7 +149,10 @@ impl CrisisGate {
                 finish(det.assessment, ClassifierPath::Deterministic, None, true)
             }
             Err(_) => {
-                tracing::warn!(timeout_ms = self.timeout.as_millis() as u64, "crisis model timed out; using deterministic ladder");
+                tracing::warn!(
+                    timeout_ms = self.timeout.as_millis() as u64,
+                    "crisis model timed out; using deterministic ladder"
+                );
                 finish(det.assessment, ClassifierPath::Deterministic, None, true)
             }
         }

@@ -111,7 +111,13 @@ impl Backend for StoreBackend {
         Ok(rows.into_iter().map(from_store).collect())
     }
     async fn put(&self, record: MemRecord) -> Result<(), BackendError> {
-        self.store.put(&to_store(record)).await.map_err(store_err)
+        // The memory backend contract is insert-or-replace; the store's
+        // `put` is insert-only, so an existing record is updated in place.
+        let record = to_store(record);
+        if self.store.update(&record).await.map_err(store_err)? {
+            return Ok(());
+        }
+        self.store.put(&record).await.map_err(store_err)
     }
     async fn update(&self, record: MemRecord) -> Result<bool, BackendError> {
         self.store

@@ -61,7 +61,10 @@ impl PlanKind {
 
     /// Whether long-term memory is retrieved for this kind.
     pub const fn loads_memory(self) -> bool {
-        matches!(self, PlanKind::CrisisClarification | PlanKind::GuidedExercise | PlanKind::Therapeutic)
+        matches!(
+            self,
+            PlanKind::CrisisClarification | PlanKind::GuidedExercise | PlanKind::Therapeutic
+        )
     }
 
     pub const fn as_str(self) -> &'static str {
@@ -92,7 +95,11 @@ pub struct RoutePlan {
 
 /// Resolves the plan. `exercise_active` is whether the thread has an
 /// exercise running; `triage` is `None` when the gate pre-empted triage.
-pub fn resolve(gate: &GateVerdict, triage: Option<&TriageDecision>, exercise_active: bool) -> RoutePlan {
+pub fn resolve(
+    gate: &GateVerdict,
+    triage: Option<&TriageDecision>,
+    exercise_active: bool,
+) -> RoutePlan {
     let level = gate.assessment().level;
     let base = |kind: PlanKind, style: ResponseStyle| RoutePlan {
         kind,
@@ -127,10 +134,18 @@ pub fn resolve(gate: &GateVerdict, triage: Option<&TriageDecision>, exercise_act
         return RoutePlan {
             kind: PlanKind::Therapeutic,
             style: ResponseStyle::Clarifying,
-            flow_action: if exercise_active { FlowAction::Preserve } else { FlowAction::None },
+            flow_action: if exercise_active {
+                FlowAction::Preserve
+            } else {
+                FlowAction::None
+            },
             tentative_route: Some(t.route.public()),
             secondary_route: t.secondary_route.map(TriageRoute::public),
-            clarification_kind: if blocking { ClarificationKind::Blocking } else { ClarificationKind::None },
+            clarification_kind: if blocking {
+                ClarificationKind::Blocking
+            } else {
+                ClarificationKind::None
+            },
         };
     }
     let soft = if t.clarification_needed && t.clarification_kind == ClarificationKind::Soft {
@@ -144,7 +159,10 @@ pub fn resolve(gate: &GateVerdict, triage: Option<&TriageDecision>, exercise_act
         PlanKind::GroundedLookup => base(PlanKind::GroundedLookup, ResponseStyle::GroundedLookup),
         PlanKind::GuidedExercise => base(PlanKind::GuidedExercise, ResponseStyle::GuidedExercise),
         PlanKind::MemoryControl => base(PlanKind::MemoryControl, ResponseStyle::MemoryControl),
-        _ => base(PlanKind::Therapeutic, t.response_style.unwrap_or(ResponseStyle::Supportive)),
+        _ => base(
+            PlanKind::Therapeutic,
+            t.response_style.unwrap_or(ResponseStyle::Supportive),
+        ),
     };
     plan.clarification_kind = soft;
     plan.secondary_route = t.secondary_route.map(TriageRoute::public);

@@ -7,7 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use opencouch_core::{AgentInput, MemoryMode, Message, ResponseStyle, ThreadState};
 use opencouch_store::{
-    ActiveSession, CrisisRecord, FeedbackLabel, FeedbackRecord, SWEEPER_LOCK, SessionWrite, TurnCommit,
+    ActiveSession, CrisisRecord, FeedbackLabel, FeedbackRecord, SWEEPER_LOCK, SessionWrite,
+    TurnCommit,
 };
 use serde::{Deserialize, Serialize};
 
@@ -62,11 +63,19 @@ pub struct EndSessionOutcome {
 
 /// The session id used for hashing in audit records: thread + start time.
 pub fn session_id(active: &ActiveSession) -> String {
-    format!("{}:{}", active.thread_id, active.started_at.timestamp_millis())
+    format!(
+        "{}:{}",
+        active.thread_id,
+        active.started_at.timestamp_millis()
+    )
 }
 
 fn owner_of(state: &ThreadState) -> String {
-    state.user_id.clone().filter(|u| !u.is_empty()).unwrap_or_else(|| state.thread_id.clone())
+    state
+        .user_id
+        .clone()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| state.thread_id.clone())
 }
 
 /// Finalizes the thread's active session. The caller holds the thread lock.
@@ -96,9 +105,25 @@ pub(crate) async fn finalize_locked(
     // 1. Feedback first: best effort, never blocks the rest.
     let mut feedback_recorded = false;
     if let Some(label) = feedback {
-        let user = if incognito { None } else { state.user_id.clone() };
-        let record = FeedbackRecord::new(Some(&sid), user, now, label, user_turns, source.unwrap_or(FeedbackSource::CliEnd));
-        match tokio::time::timeout(Duration::from_millis(500), inner.stores.feedback.append(&record)).await {
+        let user = if incognito {
+            None
+        } else {
+            state.user_id.clone()
+        };
+        let record = FeedbackRecord::new(
+            Some(&sid),
+            user,
+            now,
+            label,
+            user_turns,
+            source.unwrap_or(FeedbackSource::CliEnd),
+        );
+        match tokio::time::timeout(
+            Duration::from_millis(500),
+            inner.stores.feedback.append(&record),
+        )
+        .await
+        {
             Ok(Ok(())) => feedback_recorded = true,
             Ok(Err(e)) => tracing::warn!(error = %e, "session feedback not recorded"),
             Err(_) => tracing::warn!("session feedback write timed out"),
@@ -108,21 +133,39 @@ pub(crate) async fn finalize_locked(
     // 2. Summary (never in incognito; never raises).
     let mut summary = None;
     if !incognito {
-        let count = state.message_count.saturating_sub(active.transcript_start_index) as usize;
-        let transcript: Vec<Message> = match inner.stores.threads.history(&state.thread_id, count.min(SUMMARY_WINDOW), None).await {
-            Ok(entries) => entries.into_iter().filter(|e| e.index >= active.transcript_start_index).map(|e| e.message).collect(),
+        let count = state
+            .message_count
+            .saturating_sub(active.transcript_start_index) as usize;
+        let transcript: Vec<Message> = match inner
+            .stores
+            .threads
+            .history(&state.thread_id, count.min(SUMMARY_WINDOW), None)
+            .await
+        {
+            Ok(entries) => entries
+                .into_iter()
+                .filter(|e| e.index >= active.transcript_start_index)
+                .map(|e| e.message)
+                .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the session transcript for the summary");
                 Vec::new()
             }
         };
-        let dominant = state.session_progress.approach_counts.iter().max_by_key(|(_, n)| **n).map(|(a, _)| *a);
+        let dominant = state
+            .session_progress
+            .approach_counts
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(a, _)| *a);
         let facts = SessionFacts {
             session_id: sid.clone(),
             started_at: active.started_at,
             ended_at: now,
             transcript: &transcript,
-            crisis_level_max: active.max_crisis_level.max(state.session_progress.max_crisis_level),
+            crisis_level_max: active
+                .max_crisis_level
+                .max(state.session_progress.max_crisis_level),
             dominant_approach: dominant,
         };
         let arc = match &inner.model {
@@ -137,14 +180,28 @@ pub(crate) async fn finalize_locked(
             summary = Some(SessionSummary::from(arc));
         }
         // 3. Promote held candidates.
-        if let Err(e) = crate::memory::promote_at_session_end(rt, &owner, &active, &transcript, arc.as_ref(), &sid).await {
+        if let Err(e) = crate::memory::promote_at_session_end(
+            rt,
+            &owner,
+            &active,
+            &transcript,
+            arc.as_ref(),
+            &sid,
+        )
+        .await
+        {
             tracing::warn!(error = %e, "memory promotion failed");
         }
     }
 
     // 4. Clear session-scoped fields and the active session row.
     state.clear_session();
-    let commit = TurnCommit { state: state.clone(), append: Vec::new(), session: SessionWrite::Clear, at: now };
+    let commit = TurnCommit {
+        state: state.clone(),
+        append: Vec::new(),
+        session: SessionWrite::Clear,
+        at: now,
+    };
     inner.stores.threads.commit_turn(commit).await?;
 
     let detail = match (&summary, incognito) {
@@ -152,7 +209,12 @@ pub(crate) async fn finalize_locked(
         (None, true) => "Session ended. Incognito sessions are not summarized or saved.".to_owned(),
         (None, false) => "Session ended. It was too short to summarize.".to_owned(),
     };
-    Ok(EndSessionOutcome { finalized: true, summary, detail, feedback_recorded })
+    Ok(EndSessionOutcome {
+        finalized: true,
+        summary,
+        detail,
+        feedback_recorded,
+    })
 }
 
 /// Writes the crisis-log record for a level ≥ 2 turn, bounded by the
@@ -172,7 +234,14 @@ pub(crate) async fn capture_crisis(
         MemoryMode::Persistent => input.user_id.clone(),
     };
     let a = verdict.assessment();
-    let mut record = CrisisRecord::crisis_response(Some(session_id), user, Utc::now(), a.level, verdict.path(), a.reason.clone());
+    let mut record = CrisisRecord::crisis_response(
+        Some(session_id),
+        user,
+        Utc::now(),
+        a.level,
+        verdict.path(),
+        a.reason.clone(),
+    );
     record.override_kind = verdict.override_kind();
     record.response_node_completed = true;
     record.llm_failure_occurred = info.llm_failure || verdict.llm_failure();
@@ -183,7 +252,12 @@ pub(crate) async fn capture_crisis(
     record.response_path = info.response_path;
     record.fallback_reason = info.fallback_reason.clone();
     let record = record.normalized();
-    match tokio::time::timeout(inner.opts.crisis_log_timeout, inner.stores.crisis.append(&record)).await {
+    match tokio::time::timeout(
+        inner.opts.crisis_log_timeout,
+        inner.stores.crisis.append(&record),
+    )
+    .await
+    {
         Ok(Ok(_)) => "captured",
         Ok(Err(e)) => {
             tracing::error!(error = %e, "crisis log append failed");
@@ -234,13 +308,25 @@ impl Runtime {
         let Some(_sweeper) = inner.stores.locks.try_lock_global(SWEEPER_LOCK).await? else {
             return Ok(0);
         };
-        let expired = inner.stores.sessions.list_expired(now, inner.opts.session_timeout).await?;
+        let expired = inner
+            .stores
+            .sessions
+            .list_expired(now, inner.opts.session_timeout)
+            .await?;
         let mut done = 0;
         for thread_id in expired {
             let _guard = inner.stores.lock_thread(&thread_id).await?;
             // Re-check under the lock: a turn may have just renewed it.
-            let status = inner.stores.sessions.status(&thread_id, now, inner.opts.session_timeout).await?;
-            if !matches!(status, opencouch_store::SessionStatus::ExpiredUnfinalized | opencouch_store::SessionStatus::Interrupted) {
+            let status = inner
+                .stores
+                .sessions
+                .status(&thread_id, now, inner.opts.session_timeout)
+                .await?;
+            if !matches!(
+                status,
+                opencouch_store::SessionStatus::ExpiredUnfinalized
+                    | opencouch_store::SessionStatus::Interrupted
+            ) {
                 continue;
             }
             let Some(snapshot) = inner.stores.threads.load(&thread_id, 0).await? else {

@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use opencouch_core::state::{ExerciseUpdate, PendingUpdate};
-use opencouch_core::{AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState};
+use opencouch_core::{
+    AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState,
+};
 use opencouch_llm::{ChatMessage, ChatModel, LlmError};
 use opencouch_prompts::{InstructionSpec, Specialist};
 use opencouch_store::ResponsePath;
@@ -26,8 +28,8 @@ use crate::memory::LoadedMemory;
 use crate::plan::{PlanKind, RoutePlan};
 use crate::runtime::Runtime;
 use crate::tools::{
-    AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill, LookupCrisisResources,
-    ToolContext, TurnEffects, crisis_lookup,
+    AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill,
+    LookupCrisisResources, ToolContext, TurnEffects, crisis_lookup,
 };
 use crate::triage::TriageDecision;
 
@@ -106,7 +108,10 @@ pub(crate) fn tool_context(rt: &Runtime, si: &SpecialistInput<'_>) -> ToolContex
     }
 }
 
-pub(crate) fn instruction_spec(specialist: Specialist, si: &SpecialistInput<'_>) -> InstructionSpec {
+pub(crate) fn instruction_spec(
+    specialist: Specialist,
+    si: &SpecialistInput<'_>,
+) -> InstructionSpec {
     let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
     spec.history = si.history.to_vec();
     spec.stage = si.state.session_progress.stage;
@@ -120,11 +125,18 @@ pub(crate) fn instruction_spec(specialist: Specialist, si: &SpecialistInput<'_>)
 
 /// One system message with the composed instructions, then the message.
 pub(crate) fn messages_for(spec: &InstructionSpec) -> Vec<ChatMessage> {
-    vec![ChatMessage::system(opencouch_prompts::compose_instructions(spec)), ChatMessage::user(spec.message.clone())]
+    vec![
+        ChatMessage::system(opencouch_prompts::compose_instructions(spec)),
+        ChatMessage::user(spec.message.clone()),
+    ]
 }
 
 fn record_calls(diag: &mut Diagnostics, prefix: &str, outcome: &LoopOutcome) {
-    let names: Vec<Value> = outcome.calls.iter().map(|c| Value::from(c.name.clone())).collect();
+    let names: Vec<Value> = outcome
+        .calls
+        .iter()
+        .map(|c| Value::from(c.name.clone()))
+        .collect();
     diag.set(&format!("{prefix}_tool_calls"), Value::Array(names));
     diag.set(&format!("{prefix}_tool_rounds"), outcome.rounds as u64);
 }
@@ -155,7 +167,10 @@ fn number_tokens(text: &str) -> BTreeSet<String> {
     for (i, c) in chars.iter().enumerate() {
         if c.is_ascii_digit() {
             cur.push(*c);
-        } else if (*c == ' ' || *c == '-' || *c == '.') && !cur.is_empty() && chars.get(i + 1).is_some_and(char::is_ascii_digit) {
+        } else if (*c == ' ' || *c == '-' || *c == '.')
+            && !cur.is_empty()
+            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+        {
             continue;
         } else {
             flush(&mut cur);
@@ -168,13 +183,19 @@ fn number_tokens(text: &str) -> BTreeSet<String> {
 /// Whether every number in `reply` is one of the verified numbers.
 fn numbers_verified(reply: &str, verified_text: &str) -> bool {
     let allowed = number_tokens(verified_text);
-    number_tokens(reply).iter().all(|n| allowed.iter().any(|a| a == n || a.ends_with(n.as_str())))
+    number_tokens(reply)
+        .iter()
+        .all(|n| allowed.iter().any(|a| a == n || a.ends_with(n.as_str())))
 }
 
 async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let assessment = si.verdict.assessment();
     let mut diag = Diagnostics::new();
-    let deterministic = |lookup: opencouch_safety::ResourceLookup, path: ResponsePath, diag: Diagnostics, fallback: Option<String>, llm_failure: bool| {
+    let deterministic = |lookup: opencouch_safety::ResourceLookup,
+                         path: ResponsePath,
+                         diag: Diagnostics,
+                         fallback: Option<String>,
+                         llm_failure: bool| {
         let plan = opencouch_safety::build_response_plan(assessment, &lookup);
         SpecialistOutcome {
             text: plan.render_text(),
@@ -201,10 +222,20 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
     let ctx = tool_context(rt, si);
     let mut spec = instruction_spec(Specialist::Crisis, si);
     spec.style = Some(ResponseStyle::CrisisResponse);
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LookupCrisisResources), Arc::new(CrisisSupportTemplate)];
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(LookupCrisisResources),
+        Arc::new(CrisisSupportTemplate),
+    ];
     let toolbox = Toolbox::new(tools);
     diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
-    let first = run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &toolbox, &ctx).await;
+    let first = run_tool_loop(
+        m.as_ref(),
+        ModelTier::Control,
+        messages_for(&spec),
+        &toolbox,
+        &ctx,
+    )
+    .await;
     let (outcome, path, fallback_reason) = match first {
         Ok(o) if o.called(LOOKUP_CRISIS_RESOURCES) => (Ok(o), ResponsePath::Sdk, None),
         Ok(o) => {
@@ -215,8 +246,20 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
             let result = serde_json::to_value(&lookup).unwrap_or(Value::Null);
             ctx.with_effects(|e| e.crisis_lookup = Some(lookup));
             let mut msgs = messages_for(&spec);
-            msgs.insert(1, ChatMessage::system(format!("Verified crisis resources for this turn (use only these): {result}")));
-            let rerun = run_tool_loop(m.as_ref(), ModelTier::Control, msgs, &toolbox.without(LOOKUP_CRISIS_RESOURCES), &ctx).await;
+            msgs.insert(
+                1,
+                ChatMessage::system(format!(
+                    "Verified crisis resources for this turn (use only these): {result}"
+                )),
+            );
+            let rerun = run_tool_loop(
+                m.as_ref(),
+                ModelTier::Control,
+                msgs,
+                &toolbox.without(LOOKUP_CRISIS_RESOURCES),
+                &ctx,
+            )
+            .await;
             let calls_before = o.calls;
             (
                 rerun.map(|mut r| {
@@ -268,13 +311,23 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
         }
         Err(e) => {
             note_model_failure(&mut diag, &e);
-            deterministic(lookup, ResponsePath::Deterministic, diag, Some(e.kind().to_owned()), true)
+            deterministic(
+                lookup,
+                ResponsePath::Deterministic,
+                diag,
+                Some(e.kind().to_owned()),
+                true,
+            )
         }
     }
 }
 
 fn resources_json(lookup: &opencouch_safety::ResourceLookup) -> Vec<Value> {
-    lookup.resources.iter().filter_map(|r| serde_json::to_value(r).ok()).collect()
+    lookup
+        .resources
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect()
 }
 
 /// The verified resources as plain lines (names and numbers verbatim).
@@ -302,9 +355,20 @@ fn resource_block(lookup: &opencouch_safety::ResourceLookup) -> String {
 /// not contain.
 fn mentions_crisis_service(text: &str) -> bool {
     let t = text.to_lowercase();
-    ["hotline", "helpline", "crisis line", "lifeline", "samaritans", "emergency", "988", "911", "999", "112"]
-        .iter()
-        .any(|w| t.contains(w))
+    [
+        "hotline",
+        "helpline",
+        "crisis line",
+        "lifeline",
+        "samaritans",
+        "emergency",
+        "988",
+        "911",
+        "999",
+        "112",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
 }
 
 /// Appends the verified resource block when the model's reply does not
@@ -313,7 +377,9 @@ fn ensure_resources(text: String, lookup: &opencouch_safety::ResourceLookup) -> 
     let block = resource_block(lookup);
     let first_number = number_tokens(&block).into_iter().next();
     match first_number {
-        Some(n) if !number_tokens(&text).contains(&n) => format!("{}\n\n{}", text.trim_end(), block),
+        Some(n) if !number_tokens(&text).contains(&n) => {
+            format!("{}\n\n{}", text.trim_end(), block)
+        }
         _ => text,
     }
 }
@@ -323,12 +389,25 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
     let question = opencouch_safety::safety_question(si.history);
     let deterministic_text = {
         let approach = Approach::None;
-        let mut ctx = opencouch_prompts::ResponderContext::new(&si.input.message, ResponseStyle::Reflective, approach);
+        let mut ctx = opencouch_prompts::ResponderContext::new(
+            &si.input.message,
+            ResponseStyle::Reflective,
+            approach,
+        );
         ctx.history = si.history;
         ctx.turn_index = si.state.session_progress.turn_count;
         let reflection = opencouch_prompts::respond(&ctx);
-        let first = reflection.split_inclusive(['.', '!']).next().unwrap_or("").trim().to_owned();
-        if first.is_empty() || first.contains('?') { question.clone() } else { format!("{first} {question}") }
+        let first = reflection
+            .split_inclusive(['.', '!'])
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        if first.is_empty() || first.contains('?') {
+            question.clone()
+        } else {
+            format!("{first} {question}")
+        }
     };
     let text = match model(rt) {
         None => deterministic_text,
@@ -336,12 +415,23 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
             let mut spec = instruction_spec(Specialist::Crisis, si);
             spec.style = Some(ResponseStyle::Clarifying);
             let ctx = tool_context(rt, si);
-            match run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &Toolbox::default(), &ctx).await {
+            match run_tool_loop(
+                m.as_ref(),
+                ModelTier::Control,
+                messages_for(&spec),
+                &Toolbox::default(),
+                &ctx,
+            )
+            .await
+            {
                 Ok(o) => {
                     let (t, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
                     // Level 1 never carries hotline text: exactly the shape
                     // "reflection + one safety question", no numbers.
-                    if t.contains('?') && number_tokens(&t).is_empty() && !mentions_crisis_service(&t) {
+                    if t.contains('?')
+                        && number_tokens(&t).is_empty()
+                        && !mentions_crisis_service(&t)
+                    {
                         t
                     } else {
                         diag.set("crisis_clarification_model_reply_rejected", true);
@@ -355,7 +445,12 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
             }
         }
     };
-    SpecialistOutcome { text, style: ResponseStyle::Clarifying, diagnostics: diag, ..Default::default() }
+    SpecialistOutcome {
+        text,
+        style: ResponseStyle::Clarifying,
+        diagnostics: diag,
+        ..Default::default()
+    }
 }
 
 // ----------------------------------------------------------- therapeutic
@@ -371,9 +466,18 @@ fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
     (style, approach)
 }
 
-pub(crate) fn deterministic_therapeutic(si: &SpecialistInput<'_>, style: ResponseStyle, approach: Approach) -> SpecialistOutcome {
+pub(crate) fn deterministic_therapeutic(
+    si: &SpecialistInput<'_>,
+    style: ResponseStyle,
+    approach: Approach,
+) -> SpecialistOutcome {
     let show_notice = !si.state.session_progress.deterministic_notice_shown;
-    let previous = si.history.iter().rev().find(|m| !m.is_user()).map(|m| m.content.as_str());
+    let previous = si
+        .history
+        .iter()
+        .rev()
+        .find(|m| !m.is_user())
+        .map(|m| m.content.as_str());
     let mut ctx = opencouch_prompts::ResponderContext::new(&si.input.message, style, approach);
     ctx.history = si.history;
     ctx.turn_index = si.state.turn_count;
@@ -421,7 +525,13 @@ async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcom
                 .with_effects(|e| e.skills_loaded.last().copied())
                 .flatten()
                 .unwrap_or((style, approach));
-            SpecialistOutcome { text, style, approach: Some(approach), diagnostics: diag, ..Default::default() }
+            SpecialistOutcome {
+                text,
+                style,
+                approach: Some(approach),
+                diagnostics: diag,
+                ..Default::default()
+            }
         }
         Err(e) => {
             note_model_failure(&mut diag, &e);
@@ -436,11 +546,17 @@ async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcom
 
 async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let mut diag = Diagnostics::new();
-    let finish = |result: &opencouch_prompts::GroundedResult, text: String, mut diag: Diagnostics| {
-        diag.set("grounded_status", result.status.as_str());
-        diag.set("grounded_source_count", result.sources.len() as u64);
-        SpecialistOutcome { text, style: ResponseStyle::GroundedLookup, diagnostics: diag, ..Default::default() }
-    };
+    let finish =
+        |result: &opencouch_prompts::GroundedResult, text: String, mut diag: Diagnostics| {
+            diag.set("grounded_status", result.status.as_str());
+            diag.set("grounded_source_count", result.sources.len() as u64);
+            SpecialistOutcome {
+                text,
+                style: ResponseStyle::GroundedLookup,
+                diagnostics: diag,
+                ..Default::default()
+            }
+        };
     let Some(m) = model(rt) else {
         let result = opencouch_prompts::grounded_lookup(&si.input.message);
         let text = result.answer.clone();
@@ -450,8 +566,18 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let spec = instruction_spec(Specialist::GroundedLookup, si);
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(AnswerGroundedLookup)];
     let toolbox = Toolbox::new(tools);
-    diag.set("openai_grounded_tool_expected", opencouch_prompts::GROUNDED_LOOKUP_TOOL);
-    let first = run_tool_loop(m.as_ref(), ModelTier::Control, messages_for(&spec), &toolbox, &ctx).await;
+    diag.set(
+        "openai_grounded_tool_expected",
+        opencouch_prompts::GROUNDED_LOOKUP_TOOL,
+    );
+    let first = run_tool_loop(
+        m.as_ref(),
+        ModelTier::Control,
+        messages_for(&spec),
+        &toolbox,
+        &ctx,
+    )
+    .await;
     let outcome = match first {
         Ok(o) if o.called(opencouch_prompts::GROUNDED_LOOKUP_TOOL) => {
             diag.set("openai_grounded_tool_fallback", false);
@@ -463,8 +589,20 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
             let json = result.as_tool_json();
             ctx.with_effects(|e| e.grounded = Some(result));
             let mut msgs = messages_for(&spec);
-            msgs.insert(1, ChatMessage::system(format!("Grounded lookup result (answer only from this): {json}")));
-            run_tool_loop(m.as_ref(), ModelTier::Control, msgs, &Toolbox::default(), &ctx).await
+            msgs.insert(
+                1,
+                ChatMessage::system(format!(
+                    "Grounded lookup result (answer only from this): {json}"
+                )),
+            );
+            run_tool_loop(
+                m.as_ref(),
+                ModelTier::Control,
+                msgs,
+                &Toolbox::default(),
+                &ctx,
+            )
+            .await
         }
         Err(e) => Err(e),
     };
@@ -480,7 +618,11 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
                 result.answer.clone()
             } else if !result.sources.is_empty() && !text.contains("Sources:") {
                 // Keep the sources visible whatever the model wrote.
-                let sources: Vec<String> = result.sources.iter().map(|s| format!("- {} ({})", s.title, s.url)).collect();
+                let sources: Vec<String> = result
+                    .sources
+                    .iter()
+                    .map(|s| format!("- {} ({})", s.title, s.url))
+                    .collect();
                 format!("{}\n\nSources:\n{}", text.trim_end(), sources.join("\n"))
             } else {
                 text
@@ -510,7 +652,10 @@ mod tests {
     #[test]
     fn invented_numbers_are_detected() {
         let verified = "Samaritans: 116 123. Emergency: 999.";
-        assert!(numbers_verified("Please call Samaritans on 116 123.", verified));
+        assert!(numbers_verified(
+            "Please call Samaritans on 116 123.",
+            verified
+        ));
         assert!(!numbers_verified("Please call 0800 555 0199.", verified));
         assert!(numbers_verified("No numbers here.", verified));
     }

@@ -40,8 +40,10 @@ impl ToolContext {
 
     /// The last `n` user turns of the history plus the current message.
     pub fn recent_user_text(&self, n: usize) -> Vec<String> {
-        let mut out: Vec<String> =
-            opencouch_core::message::last_user_turns(&self.history, n).into_iter().map(str::to_owned).collect();
+        let mut out: Vec<String> = opencouch_core::message::last_user_turns(&self.history, n)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         out.push(self.message.clone());
         out
     }
@@ -66,13 +68,20 @@ pub struct TurnEffects {
 pub fn spec_from_json(v: &Value) -> ToolSpec {
     ToolSpec::new(
         v.get("name").and_then(Value::as_str).unwrap_or_default(),
-        v.get("description").and_then(Value::as_str).unwrap_or_default(),
-        v.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        v.get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        v.get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
     )
 }
 
 pub(crate) fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
-    args.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+    args.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
 }
 
 /// `lookup_crisis_resources`: verified resources for the person's own stated

@@ -124,7 +124,9 @@ pub struct TriageContext<'a> {
 /// 6. else therapeutic, with a style from the style chooser
 pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     let mut d = TriageDecision::therapeutic(Confidence::High);
-    if ctx.pending_memory_action.is_some() && crate::memory::is_memory_command(message, ctx.pending_memory_action) {
+    if ctx.pending_memory_action.is_some()
+        && crate::memory::is_memory_command(message, ctx.pending_memory_action)
+    {
         d.route = TriageRoute::MemoryControl;
         d.memory_action_type = MemoryActionType::ConfirmPending;
         return d;
@@ -163,11 +165,18 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
         d.route = TriageRoute::MemoryControl;
         return d;
     }
-    if opencouch_prompts::is_lookup_request(message) && !opencouch_prompts::is_subjective_therapy_question(message) {
+    if opencouch_prompts::is_lookup_request(message)
+        && !opencouch_prompts::is_subjective_therapy_question(message)
+    {
         d.route = TriageRoute::GroundedLookup;
         return d;
     }
-    let last_assistant = ctx.history.iter().rev().find(|m| !m.is_user()).map(|m| m.content.as_str());
+    let last_assistant = ctx
+        .history
+        .iter()
+        .rev()
+        .find(|m| !m.is_user())
+        .map(|m| m.content.as_str());
     let start = opencouch_exercises::detect_start(message, last_assistant);
     match &start {
         opencouch_exercises::StartDecision::ExplicitUserRequest(id) => {
@@ -215,7 +224,10 @@ pub async fn decide(
             rules
         }
         Some(model) => {
-            let mut spec = opencouch_prompts::InstructionSpec::new(opencouch_prompts::Specialist::Triage, message);
+            let mut spec = opencouch_prompts::InstructionSpec::new(
+                opencouch_prompts::Specialist::Triage,
+                message,
+            );
             spec.history = history.to_vec();
             if let Some(ex) = &state.exercise_state {
                 spec.exercise_context = Some(crate::exercise::context_line(ex));
@@ -232,7 +244,9 @@ pub async fn decide(
                     diag.set("triage_path", "model");
                     diag.set("openai_triage_agent", true);
                     // App-owned guards on the model's decision.
-                    if ctx.pending_memory_action.is_some() && rules.route == TriageRoute::MemoryControl {
+                    if ctx.pending_memory_action.is_some()
+                        && rules.route == TriageRoute::MemoryControl
+                    {
                         d.route = TriageRoute::MemoryControl;
                     }
                     if !ctx.exercise_active
@@ -258,10 +272,16 @@ pub async fn decide(
         }
     };
     diag.set("openai_triage_route", decision.route.as_str());
-    diag.set("openai_triage_active_flow_action", decision.active_flow_action.as_str());
+    diag.set(
+        "openai_triage_active_flow_action",
+        decision.active_flow_action.as_str(),
+    );
     diag.set("openai_triage_confidence", decision.confidence.as_str());
     if decision.clarification_needed {
-        diag.set("openai_triage_clarification_kind", decision.clarification_kind.as_str());
+        diag.set(
+            "openai_triage_clarification_kind",
+            decision.clarification_kind.as_str(),
+        );
     }
     (decision, diag)
 }

@@ -17,7 +17,8 @@ use std::time::Instant;
 use chrono::Utc;
 use opencouch_core::state::{ActiveFlow, StateDelta, TurnLifecycle};
 use opencouch_core::{
-    AgentInput, AgentOutput, Diagnostics, Message, ResponseType, Route, SessionAction, Stage, StreamEvent, ThreadState,
+    AgentInput, AgentOutput, Diagnostics, Message, ResponseType, Route, SessionAction, Stage,
+    StreamEvent, ThreadState,
 };
 use opencouch_store::{ActiveSession, SessionStatus, SessionWrite, TurnCommit};
 use serde_json::json;
@@ -71,7 +72,9 @@ fn validate(rt: &Runtime, input: &AgentInput) -> Result<(), RuntimeError> {
         return Err(RuntimeError::InvalidInput("thread_id must not be empty"));
     }
     if input.thread_id.len() > 200 {
-        return Err(RuntimeError::InvalidInput("thread_id is longer than 200 characters"));
+        return Err(RuntimeError::InvalidInput(
+            "thread_id is longer than 200 characters",
+        ));
     }
     if input.message.trim().is_empty() {
         return Err(RuntimeError::InvalidInput("message must not be empty"));
@@ -81,7 +84,9 @@ fn validate(rt: &Runtime, input: &AgentInput) -> Result<(), RuntimeError> {
         return Err(RuntimeError::MessageTooLong { max });
     }
     if input.memory_mode != rt.inner.memory_mode {
-        return Err(RuntimeError::InvalidInput("memory_mode does not match this runtime"));
+        return Err(RuntimeError::InvalidInput(
+            "memory_mode does not match this runtime",
+        ));
     }
     Ok(())
 }
@@ -91,7 +96,11 @@ fn ms(since: Instant) -> f64 {
 }
 
 /// Runs one turn end to end.
-pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink) -> Result<AgentOutput, RuntimeError> {
+pub(crate) async fn execute(
+    rt: &Runtime,
+    input: AgentInput,
+    events: &EventSink,
+) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
     validate(rt, &input)?;
     let inner = &rt.inner;
@@ -99,10 +108,17 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     let now = Utc::now();
 
     // 1. Effective state: the snapshot plus the recent transcript window.
-    let snapshot = inner.stores.threads.load(&input.thread_id, inner.opts.recent_window).await?;
+    let snapshot = inner
+        .stores
+        .threads
+        .load(&input.thread_id, inner.opts.recent_window)
+        .await?;
     let (mut state, history): (ThreadState, Vec<Message>) = match snapshot {
         Some(s) => (s.state, s.recent.into_iter().map(|e| e.message).collect()),
-        None => (ThreadState::new(&input.thread_id, input.channel), Vec::new()),
+        None => (
+            ThreadState::new(&input.thread_id, input.channel),
+            Vec::new(),
+        ),
     };
     if state.user_id.is_none() {
         state.user_id = input.user_id.clone();
@@ -111,9 +127,15 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
 
     // Session bookkeeping: an expired or interrupted session is finalized
     // before the new turn starts a fresh one.
-    let session_status = inner.stores.sessions.status(&input.thread_id, now, inner.opts.session_timeout).await?;
+    let session_status = inner
+        .stores
+        .sessions
+        .status(&input.thread_id, now, inner.opts.session_timeout)
+        .await?;
     let mut session = match session_status {
-        SessionStatus::Active | SessionStatus::RotationRequired => inner.stores.sessions.get(&input.thread_id).await?,
+        SessionStatus::Active | SessionStatus::RotationRequired => {
+            inner.stores.sessions.get(&input.thread_id).await?
+        }
         SessionStatus::ExpiredUnfinalized | SessionStatus::Interrupted => {
             crate::session::finalize_locked(rt, &mut state, &history, None, None).await?;
             None
@@ -121,13 +143,19 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
         SessionStatus::Absent => None,
     };
     let first_turn_of_session = session.is_none();
-    let mut active = session.take().unwrap_or_else(|| ActiveSession::start(&input.thread_id, now, state.message_count));
+    let mut active = session
+        .take()
+        .unwrap_or_else(|| ActiveSession::start(&input.thread_id, now, state.message_count));
     if first_turn_of_session {
         state.session_progress = Default::default();
     }
     // Only this session's messages are context for the turn.
     let session_history: Vec<Message> = {
-        let skip = history.len().saturating_sub((state.message_count.saturating_sub(active.transcript_start_index)) as usize);
+        let skip = history.len().saturating_sub(
+            (state
+                .message_count
+                .saturating_sub(active.transcript_start_index)) as usize,
+        );
         history[skip..].to_vec()
     };
 
@@ -146,12 +174,16 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     if let Some(kind) = verdict.override_kind() {
         diagnostics.set("crisis_override_kind", kind.as_str());
     }
-    diagnostics.push("routing_trace", json!({"stage": "safety", "decision": verdict.decision(), "level": level.get()}));
+    diagnostics.push(
+        "routing_trace",
+        json!({"stage": "safety", "decision": verdict.decision(), "level": level.get()}),
+    );
 
     // 3. Triage, only for level 0.
     let triage = if level.get() == 0 {
         events.status(Stage::Triage).await;
-        let (decision, triage_diag) = crate::triage::decide(rt, &state, &session_history, &input.message).await;
+        let (decision, triage_diag) =
+            crate::triage::decide(rt, &state, &session_history, &input.message).await;
         diagnostics.merge(triage_diag);
         Some(decision)
     } else {
@@ -161,12 +193,16 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     // 4. Route plan.
     let route_plan = plan::resolve(&verdict, triage.as_ref(), state.exercise_state.is_some());
     diagnostics.set("route_plan", route_plan.kind.as_str());
-    diagnostics.push("routing_trace", json!({"stage": "route_plan", "decision": route_plan.kind.as_str()}));
+    diagnostics.push(
+        "routing_trace",
+        json!({"stage": "route_plan", "decision": route_plan.kind.as_str()}),
+    );
     events.status(route_plan.kind.stage()).await;
 
     // 5. Memory, only where the route needs it (and never in incognito).
     let memory = if route_plan.kind.loads_memory() {
-        let loaded = crate::memory::load_for_turn(rt, &input, &input.message, first_turn_of_session).await;
+        let loaded =
+            crate::memory::load_for_turn(rt, &input, &input.message, first_turn_of_session).await;
         diagnostics.merge(loaded.diagnostics.clone());
         Some(loaded)
     } else {
@@ -245,14 +281,24 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     state.turn_count += 1;
 
     // Memory write policy: candidates are held in the session buffer.
-    let memory_diag = crate::memory::after_turn(rt, &input, &route_plan, level, &outcome, &mut active, state.turn_count);
+    let memory_diag = crate::memory::after_turn(
+        rt,
+        &input,
+        &route_plan,
+        level,
+        &outcome,
+        &mut active,
+        state.turn_count,
+    );
     diagnostics.merge(memory_diag);
 
     active.last_active_at = Some(now);
     active.max_crisis_level = active.max_crisis_level.max(level.get());
     let session_len = state.message_count + 2 - active.transcript_start_index;
     active.rotate_after_this_turn = session_len >= inner.opts.transcript_soft_limit;
-    let session_action = if active.rotate_after_this_turn || outcome.style == opencouch_core::ResponseStyle::Closing {
+    let session_action = if active.rotate_after_this_turn
+        || outcome.style == opencouch_core::ResponseStyle::Closing
+    {
         SessionAction::SuggestEndSession
     } else {
         SessionAction::None
@@ -272,7 +318,9 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     // Crisis log: always on for level ≥ 2, bounded, never fails the turn.
     if let Some(info) = &outcome.crisis {
         events.status(Stage::CrisisLog).await;
-        let status = crate::session::capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style).await;
+        let status =
+            crate::session::capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style)
+                .await;
         diagnostics.set("crisis_log_status", status);
     }
     drop(guard);
@@ -280,8 +328,16 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     let output = AgentOutput {
         thread_id: input.thread_id.clone(),
         response_text: outcome.text.clone(),
-        response_type: if level.needs_crisis_response() { ResponseType::Crisis } else { ResponseType::Therapeutic },
-        route: if level.needs_crisis_response() { Route::Crisis } else { route },
+        response_type: if level.needs_crisis_response() {
+            ResponseType::Crisis
+        } else {
+            ResponseType::Therapeutic
+        },
+        route: if level.needs_crisis_response() {
+            Route::Crisis
+        } else {
+            route
+        },
         response_style: outcome.style,
         therapeutic_approach: outcome.approach,
         session_action,
@@ -292,7 +348,11 @@ pub(crate) async fn execute(rt: &Runtime, input: AgentInput, events: &EventSink)
     for chunk in chunks(&outcome.text) {
         events.send(StreamEvent::Chunk { text: chunk }).await;
     }
-    events.send(StreamEvent::ResponseReady { output: Box::new(output.clone()) }).await;
+    events
+        .send(StreamEvent::ResponseReady {
+            output: Box::new(output.clone()),
+        })
+        .await;
     let mut output = output;
     output.diagnostics.set("turn_total_ms", ms(started));
     tracing::info!(

@@ -1,0 +1,118 @@
+//! App-side overhead of one text turn with the in-memory store.
+//!
+//! Deterministic mode, and hybrid mode against the fake OpenAI-compatible
+//! server answering instantly on loopback (so hybrid numbers include local
+//! HTTP round trips, not model latency). 2,000 turns over 50 threads each;
+//! prints p50 / p99 / max per mode.
+//!
+//! Run: `cargo bench -p opencouch-runtime --bench turn`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opencouch_core::{AgentInput, RuntimeMode};
+use opencouch_llm::{LlmConfig, OpenAiCompatClient};
+use opencouch_runtime::{Runtime, RuntimeOptions};
+use opencouch_store::Stores;
+use opencouch_testkit::{FakeOpenAi, Match, Reply};
+use serde_json::json;
+
+const TURNS: usize = 2_000;
+const THREADS: usize = 50;
+const MESSAGES: &[&str] = &[
+    "I had a really long day at work and I feel drained",
+    "my sister and I keep arguing about small things",
+    "I can't stop worrying about my exams next week",
+    "memory status",
+    "can you find research on anxiety treatment",
+    "I feel a bit better after talking, thanks",
+];
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn measure(label: &str, rt: &Runtime) {
+    // Warm-up (lazy data loads, connection pool).
+    for i in 0..20 {
+        let _ = rt
+            .run_turn(AgentInput::new(
+                format!("warm-{i}"),
+                MESSAGES[i % MESSAGES.len()],
+            ))
+            .await;
+    }
+    let mut times = Vec::with_capacity(TURNS);
+    let started = Instant::now();
+    for i in 0..TURNS {
+        let input = AgentInput::new(
+            format!("{label}-{}", i % THREADS),
+            MESSAGES[i % MESSAGES.len()],
+        );
+        let t = Instant::now();
+        match rt.run_turn(input).await {
+            Ok(_) => times.push(t.elapsed()),
+            Err(e) => eprintln!("{label}: turn failed: {e}"),
+        }
+    }
+    let wall = started.elapsed();
+    times.sort_unstable();
+    if times.is_empty() {
+        println!("{label}: no successful turns");
+        return;
+    }
+    println!(
+        "{label:>14}: {} turns / {THREADS} threads  p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  total {:.2} s",
+        times.len(),
+        percentile(&times, 0.50).as_secs_f64() * 1e3,
+        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        wall.as_secs_f64()
+    );
+}
+
+fn main() {
+    let tokio_rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return;
+        }
+    };
+    tokio_rt.block_on(async {
+        let det = Runtime::persistent(Stores::in_memory(), None, RuntimeOptions::default());
+        measure("deterministic", &det).await;
+
+        let fake = FakeOpenAi::start().await;
+        fake.always_when(
+            Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
+            Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
+        );
+        fake.always_when(
+            Match::has_response_format(),
+            Reply::json(json!({
+                "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
+                "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
+                "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
+                "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
+                "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
+                "confidence": "high"
+            })),
+        );
+        fake.set_default(Reply::text("That sounds like a lot to carry. What feels heaviest right now?"));
+        let client = match OpenAiCompatClient::new(LlmConfig::local(fake.base_url(), "fake-model")) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("client: {e}");
+                return;
+            }
+        };
+        let opts = RuntimeOptions { mode: RuntimeMode::Hybrid, ..Default::default() };
+        let hybrid = Runtime::persistent(Stores::in_memory(), Some(Arc::new(client)), opts);
+        measure("hybrid (fake)", &hybrid).await;
+    });
+}

@@ -1,0 +1,603 @@
+//! The API through the router: auth and ownership, bad input, memory, metrics.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{call, fixture, fixture_with, limits, local_fixture, stored_threads};
+use opencouch_core::MemoryMode;
+use opencouch_memory::control::{ControlContext, MemoryAction};
+use serde_json::{Value, json};
+
+const GET: Method = Method::GET;
+const POST: Method = Method::POST;
+
+fn matches_template(template: &str, uri: &str) -> bool {
+    let (t, u): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), uri.split('/').collect());
+    t.len() == u.len() && t.iter().zip(&u).all(|(a, b)| a.starts_with('{') || a == b)
+}
+
+async fn chat(f: &common::Fixture, token: &str, thread: &str, message: &str) -> Value {
+    let body = json!({"message": message, "thread_id": thread}).to_string();
+    let (status, v) = call(&f.app, POST, "/api/chat", Some(token), Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    v
+}
+
+/// Every protected route: (method, uri, body, status for another user).
+fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, StatusCode)> {
+    let chat = Some(r#"{"message":"hello","thread_id":"b1"}"#);
+    vec![
+        (GET, "/metrics", None, StatusCode::OK),
+        (POST, "/api/chat", chat, StatusCode::OK),
+        (POST, "/api/chat/stream", chat, StatusCode::OK),
+        (GET, "/api/threads", None, StatusCode::OK),
+        (GET, "/api/threads/t1/state", None, StatusCode::NOT_FOUND),
+        (GET, "/api/threads/t1/history", None, StatusCode::NOT_FOUND),
+        (
+            GET,
+            "/api/threads/t1/session-status",
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (POST, "/api/threads/t1/end", None, StatusCode::NOT_FOUND),
+        (GET, "/api/memory/status", None, StatusCode::OK),
+        (
+            Method::PATCH,
+            "/api/memory/recall",
+            Some(r#"{"enabled":false}"#),
+            StatusCode::OK,
+        ),
+        (GET, "/api/memory/progress", None, StatusCode::OK),
+        (GET, "/api/memory/facts", None, StatusCode::OK),
+        (GET, "/api/memory/sessions", None, StatusCode::OK),
+        (GET, "/api/memory/rules", None, StatusCode::OK),
+        (
+            Method::DELETE,
+            "/api/memory/facts/1",
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            "/api/memory/sessions/1",
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            "/api/memory/rules/1",
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
+    let f = fixture();
+    chat(&f, &f.alice, "t1", "I had a long day at work").await;
+    save_rule(&f, "alice", "keep replies short").await;
+    // Every protected route is in this suite (the WebSocket is covered in streaming.rs).
+    let suite = protected_routes();
+    for (method, template) in opencouch_server::api::ROUTES {
+        if matches!(
+            *template,
+            "/api/health" | "/api/openapi.json" | "/api/chat/ws"
+        ) {
+            continue;
+        }
+        let covered = suite
+            .iter()
+            .any(|(m, uri, _, _)| m.as_str() == *method && matches_template(template, uri));
+        assert!(
+            covered,
+            "{method} {template} is not in the authorization suite"
+        );
+    }
+
+    for (method, uri, body, as_bob) in protected_routes() {
+        for token in [None, Some("not-a-token"), Some("")] {
+            let (status, v) = call(&f.app, method.clone(), uri, token, body).await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {uri} with {token:?}"
+            );
+            assert_eq!(v["code"], "unauthorized");
+        }
+        let (status, v) = call(&f.app, method.clone(), uri, Some(&f.bob), body).await;
+        assert_eq!(status, as_bob, "{method} {uri} as bob: {v}");
+        if status == StatusCode::NOT_FOUND {
+            assert_eq!(v["code"], "not_found");
+        }
+    }
+    // Bob's lists never show Alice's thread or memory.
+    let (_, threads) = call(&f.app, GET, "/api/threads", Some(&f.bob), None).await;
+    assert_eq!(threads.as_array().unwrap().len(), 1);
+    assert_eq!(threads[0]["thread_id"], "b1", "only bob's own thread");
+    let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.bob), None).await;
+    assert_eq!(rules, json!([]));
+    // Alice still sees hers.
+    let (status, v) = call(&f.app, GET, "/api/threads/t1/history", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v[0]["content"], "I had a long day at work");
+    let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
+    assert_eq!(rules.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn revoked_token_is_rejected() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let users = opencouch_server::UserDirectory::in_data_dir(dir.path());
+    let carol = users.add("carol", chrono::Utc::now()).unwrap();
+    let (p, i) = common::runtimes();
+    let state =
+        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Tokens(users), limits());
+    let app = opencouch_server::router(state);
+    assert_eq!(
+        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
+        StatusCode::OK
+    );
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    opencouch_server::UserDirectory::in_data_dir(dir.path())
+        .revoke("carol", chrono::Utc::now())
+        .unwrap();
+    // Force a different mtime on coarse file systems.
+    let path = dir.path().join("users.json");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    assert_eq!(
+        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    drop(f);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
+    let f = fixture();
+    let long = "a".repeat(4001);
+    let huge = format!(
+        r#"{{"message":"{}","thread_id":"t"}}"#,
+        "a".repeat(70 * 1024)
+    );
+    let overlong = format!(r#"{{"message":"{long}","thread_id":"t"}}"#);
+    let cases: Vec<(&str, String, StatusCode, &str)> = vec![
+        (
+            "/api/chat",
+            "{not json".into(),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "/api/chat",
+            "".into(),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":"t","user_id":"bob"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":"t","memory_mode":"sometimes"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":"t","response_model_tier":"huge"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"   ","thread_id":"t"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":""}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_thread_id",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":"a\u0000b"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_thread_id",
+        ),
+        (
+            "/api/chat",
+            overlong.clone(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "message_too_long",
+        ),
+        (
+            "/api/chat",
+            huge.clone(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+        ),
+        (
+            "/api/chat/stream",
+            "{not json".into(),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "/api/chat/stream",
+            overlong,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "message_too_long",
+        ),
+        (
+            "/api/chat/stream",
+            huge,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+        ),
+    ];
+    for (uri, body, status, code) in cases {
+        let (got, v) = call(&f.app, POST, uri, Some(&f.alice), Some(&body)).await;
+        assert_eq!(got, status, "{uri} {}: {v}", &body[..body.len().min(80)]);
+        assert_eq!(v["code"], code, "{v}");
+        assert!(v["message"].is_string());
+    }
+    assert_eq!(
+        stored_threads(&f.state).await,
+        0,
+        "a rejected request writes nothing"
+    );
+
+    // Other bodies: unknown fields and bad enum values.
+    chat(&f, &f.alice, "t1", "hello").await;
+    let before = stored_threads(&f.state).await;
+    let cases = [
+        (
+            Method::PATCH,
+            "/api/memory/recall",
+            r#"{"enabled":"yes"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::PATCH,
+            "/api/memory/recall",
+            r#"{"enabled":true,"owner":"bob"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            POST,
+            "/api/threads/t1/end",
+            r#"{"feedback":"great"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            POST,
+            "/api/threads/t1/end",
+            r#"{"feedback":"positive","extra":1}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ];
+    for (m, uri, body, status) in cases {
+        let (got, v) = call(&f.app, m, uri, Some(&f.alice), Some(body)).await;
+        assert_eq!(got, status, "{uri} {body}: {v}");
+    }
+    assert_eq!(stored_threads(&f.state).await, before);
+    let (_, status) = call(&f.app, GET, "/api/memory/status", Some(&f.alice), None).await;
+    assert_eq!(
+        status["proactive_recall_enabled"], false,
+        "the rejected PATCH changed nothing"
+    );
+    let (_, v) = call(
+        &f.app,
+        GET,
+        "/api/threads/t1/session-status",
+        Some(&f.alice),
+        None,
+    )
+    .await;
+    assert_eq!(
+        v["has_active_session"], true,
+        "the rejected end did not end the session"
+    );
+    let (got, v) = call(&f.app, GET, "/api/threads?limit=lots", Some(&f.alice), None).await;
+    assert_eq!(
+        (got, v["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_query"))
+    );
+    let (got, v) = call(&f.app, GET, "/api/nope", Some(&f.alice), None).await;
+    assert_eq!(
+        (got, v["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_is_per_owner() {
+    let mut l = limits();
+    l.rate_limit_per_minute = 3;
+    let f = fixture_with(l);
+    for _ in 0..3 {
+        assert_eq!(
+            call(&f.app, GET, "/api/threads", Some(&f.alice), None)
+                .await
+                .0,
+            StatusCode::OK
+        );
+    }
+    let (status, v) = call(&f.app, GET, "/api/threads", Some(&f.alice), None).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited"))
+    );
+    assert_eq!(
+        call(&f.app, GET, "/api/threads", Some(&f.bob), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn chat_flow_threads_and_end_session() {
+    let f = fixture();
+    let v = chat(&f, &f.alice, "t1", "I feel a bit anxious about tomorrow").await;
+    assert_eq!(v["thread_id"], "t1", "the client sees its own thread id");
+    assert_eq!(v["response_type"], "therapeutic");
+    assert!(!v["response_text"].as_str().unwrap().is_empty());
+    let (status, list) = call(&f.app, GET, "/api/threads", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list[0]["thread_id"], "t1");
+    assert_eq!(list[0]["turn_count"], 1);
+    let (status, st) = call(&f.app, GET, "/api/threads/t1/state", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(st["thread_id"], "t1");
+    let (_, h) = call(&f.app, GET, "/api/threads/t1/history", Some(&f.alice), None).await;
+    assert_eq!(h.as_array().unwrap().len(), 2);
+    assert_eq!(h[1]["role"], "assistant");
+    let (status, end) = call(
+        &f.app,
+        POST,
+        "/api/threads/t1/end",
+        Some(&f.alice),
+        Some(r#"{"feedback":"positive"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{end}");
+    assert!(end.get("summary").is_some());
+    assert!(end["detail"].is_string());
+    let (_, v) = call(
+        &f.app,
+        GET,
+        "/api/threads/t1/session-status",
+        Some(&f.alice),
+        None,
+    )
+    .await;
+    assert_eq!(v["has_active_session"], false);
+}
+
+#[tokio::test]
+async fn crisis_message_gets_a_crisis_reply() {
+    let f = fixture();
+    let v = chat(
+        &f,
+        &f.alice,
+        "c1",
+        "I want to kill myself tonight, I have the pills ready",
+    )
+    .await;
+    assert_eq!(v["response_type"], "crisis", "{v}");
+    assert!(v["crisis"]["level"].as_u64().unwrap() >= 2);
+}
+
+#[tokio::test]
+async fn incognito_requests_use_the_incognito_runtime() {
+    let f = fixture();
+    let body = r#"{"message":"hello there","thread_id":"g1","memory_mode":"incognito"}"#;
+    let (status, _) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        stored_threads(&f.state).await,
+        0,
+        "nothing in the persistent store"
+    );
+    let n = f
+        .state
+        .runtime(MemoryMode::Incognito)
+        .stores()
+        .threads
+        .list_threads(10)
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(n, 1);
+}
+
+async fn save_rule(f: &common::Fixture, owner: &str, text: &str) {
+    let svc = opencouch_runtime::memory::control_service(f.state.runtime(MemoryMode::Persistent));
+    let ctx = ControlContext {
+        owner_id: Some(owner),
+        memory_mode: MemoryMode::Persistent,
+        now: chrono::Utc::now(),
+    };
+    svc.handle(
+        &ctx,
+        MemoryAction::SavePreference {
+            preference_text: text.into(),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn memory_routes_list_toggle_and_delete_by_index() {
+    let f = fixture();
+    save_rule(&f, "alice", "keep replies short").await;
+    let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
+    assert_eq!(rules.as_array().unwrap().len(), 1);
+    assert_eq!(rules[0]["index"], 1);
+    let (_, st) = call(&f.app, GET, "/api/memory/status", Some(&f.alice), None).await;
+    assert_eq!(st["counts"]["procedural"], 1);
+    assert_eq!(st["owner_id"], "alice");
+
+    // (Bob has no saved profile yet: the second write of an existing
+    // profile currently fails in the runtime's memory adapter, see report.)
+    let (status, v) = call(
+        &f.app,
+        Method::PATCH,
+        "/api/memory/recall",
+        Some(&f.bob),
+        Some(r#"{"enabled":true}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["proactive_recall_enabled"], true);
+    let (_, bob) = call(&f.app, GET, "/api/memory/status", Some(&f.bob), None).await;
+    assert_eq!(bob["proactive_recall_enabled"], true);
+    let (_, alice) = call(&f.app, GET, "/api/memory/status", Some(&f.alice), None).await;
+    assert_eq!(
+        alice["proactive_recall_enabled"], false,
+        "recall is per owner"
+    );
+
+    for (uri, status) in [
+        ("/api/memory/rules/2", StatusCode::NOT_FOUND),
+        ("/api/memory/rules/0", StatusCode::NOT_FOUND),
+        ("/api/memory/rules/x", StatusCode::NOT_FOUND),
+        ("/api/memory/other/1", StatusCode::NOT_FOUND),
+    ] {
+        assert_eq!(
+            call(&f.app, Method::DELETE, uri, Some(&f.alice), None)
+                .await
+                .0,
+            status,
+            "{uri}"
+        );
+    }
+    assert_eq!(
+        call(
+            &f.app,
+            Method::DELETE,
+            "/api/memory/rules/1",
+            Some(&f.bob),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
+    assert_eq!(
+        rules.as_array().unwrap().len(),
+        1,
+        "bob's delete did not touch alice's rule"
+    );
+}
+
+/// Deleting a rule rewrites the procedural profile, which the runtime's
+/// memory adapter currently inserts instead of upserting
+/// (`StoreBackend::put` → `MemoryStore::put`), so the store answers
+/// "memory record already exists" and the API returns 503.
+#[tokio::test]
+async fn deleting_a_rule_by_index_removes_it() {
+    let f = fixture();
+    save_rule(&f, "alice", "keep replies short").await;
+    let (status, v) = call(
+        &f.app,
+        Method::DELETE,
+        "/api/memory/rules/1",
+        Some(&f.alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["deleted"], true);
+    let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
+    assert_eq!(rules, json!([]));
+    assert_eq!(
+        call(
+            &f.app,
+            Method::DELETE,
+            "/api/memory/rules/1",
+            Some(&f.alice),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn local_mode_needs_no_token_and_health_is_public() {
+    let (app, _) = local_fixture();
+    let (status, v) = call(&app, GET, "/api/memory/status", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["owner_id"], "local");
+    let (status, v) = call(&app, GET, "/api/health", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["auth"], "local");
+    let (status, page) = call(&app, GET, "/", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.as_str().unwrap().contains("OpenCouch"));
+}
+
+#[tokio::test]
+async fn metrics_count_turns_by_route_and_level() {
+    let f = fixture();
+    chat(&f, &f.alice, "m1", "hello").await;
+    let (status, v) = call(&f.app, GET, "/metrics", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = v.as_str().unwrap();
+    assert!(text.contains("# TYPE opencouch_turns_total counter"));
+    assert!(
+        text.contains("opencouch_turns_total{route=\"therapeutic\",crisis_level=\"0\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("opencouch_turn_duration_seconds_count 1"));
+}
+
+#[test]
+fn openapi_lists_every_route() {
+    let doc: Value = serde_json::from_str(opencouch_server::api::OPENAPI_JSON).unwrap();
+    assert_eq!(
+        doc["openapi"].as_str().map(|s| s.starts_with("3.")),
+        Some(true)
+    );
+    let paths = doc["paths"].as_object().unwrap();
+    for (method, path) in opencouch_server::api::ROUTES {
+        let entry = paths.get(*path).unwrap_or_else(|| panic!("{path} missing"));
+        assert!(
+            entry.get(method.to_lowercase()).is_some(),
+            "{method} {path} missing"
+        );
+    }
+    let listed: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(
+        listed,
+        opencouch_server::api::ROUTES.len(),
+        "no undocumented extras"
+    );
+}

@@ -75,7 +75,10 @@ impl Session {
         self.turns += 1;
         if self.json {
             let out = self.runtime.run_turn(input).await?;
-            println!("{}", serde_json::to_string(&out)?);
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", serde_json::to_string(&out)?)
+                .and_then(|()| stdout.flush())
+                .map_err(|e| anyhow::Error::new(e).context("could not write the turn output"))?;
             return Ok(());
         }
         let mut events = Box::pin(self.runtime.run_turn_stream(input));

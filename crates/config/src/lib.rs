@@ -198,7 +198,8 @@ impl Settings {
             .iter()
             .filter_map(|(k, v)| {
                 let key = k.strip_prefix("OPENCOUCH_")?;
-                if key == "CONFIG" || key.is_empty() {
+                // The config file pointer and the log filter are not settings.
+                if key == "CONFIG" || key == "LOG" || key.is_empty() {
                     return None;
                 }
                 Some((key.to_ascii_lowercase(), v.clone()))

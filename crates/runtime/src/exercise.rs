@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use opencouch_core::exercise::{ExerciseState, StepOutcome, Transition, TransitionKind};
 use opencouch_core::state::{ExerciseUpdate, FlowAction};
 use opencouch_core::{Approach, Diagnostics, ModelTier, ResponseStyle};
-use opencouch_exercises::{Catalog, Exercise, RenderMode};
+use opencouch_exercises::{Catalog, Exercise};
 use opencouch_llm::ToolSpec;
 use opencouch_prompts::Specialist;
 use serde_json::{Value, json};
@@ -258,17 +258,9 @@ async fn start(
     let deterministic = opencouch_exercises::render_start(exercise);
     let text = match &rt.inner.model {
         None => deterministic,
-        Some(_) => word_with_model(
-            rt,
-            si,
-            exercise,
-            &state,
-            TransitionKind::Advance,
-            &mut diag,
-            None,
-        )
-        .await
-        .unwrap_or(deterministic),
+        Some(_) => word_with_model(rt, si, exercise, &state, TransitionKind::Advance, &mut diag)
+            .await
+            .unwrap_or(deterministic),
     };
     outcome(text, ExerciseUpdate::Set(state), approach, diag)
 }
@@ -520,7 +512,6 @@ async fn word_with_model(
     state: &ExerciseState,
     action: TransitionKind,
     diag: &mut Diagnostics,
-    _mode: Option<RenderMode>,
 ) -> Option<String> {
     let model = rt.inner.model.clone()?;
     let block = opencouch_exercises::render_skill_block(

@@ -49,7 +49,6 @@ impl GateVerdict {
         match self.assessment.level.get() {
             3 | 2 => "crisis",
             1 => "check",
-            _ if self.override_kind == Some(OverrideKind::SafetyDenial) => "normal",
             _ => "normal",
         }
     }

@@ -2,8 +2,8 @@
 //! embedding and hybrid (RRF) retrievers.
 //!
 //! The data set is read from `--locomo` (a file or a directory of `*.json`);
-//! nothing is copied. `--predictions` writes one JSON line per question with
-//! turn ids only (no dataset text). The embedding and hybrid retrievers use
+//! nothing is copied. `--predictions` writes one JSON line per question:
+//! `{"conversation", "question", "retrieved": [turn ids], ...}`. The embedding and hybrid retrievers use
 //! the local all-MiniLM-L6-v2 model (see `opencouch_memory::embed_local` for
 //! where the files are found).
 
@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use opencouch_memory::eval::{EvalReport, evaluate, load_locomo};
+use opencouch_memory::eval::{EvalProgress, EvalReport, evaluate, load_locomo};
 use opencouch_memory::retrieval::{Embedder, SearchMode};
 
 /// Which retriever to evaluate.
@@ -47,7 +47,8 @@ pub struct EvalMemoryArgs {
     /// Retriever to evaluate.
     #[arg(long, value_enum, default_value_t = Retriever::Hybrid)]
     pub retriever: Retriever,
-    /// Write per-question predictions (turn ids only) as JSON lines.
+    /// Write per-question predictions as JSON lines
+    /// (`{"conversation", "question", "retrieved", "evidence", "recall", ...}`).
     #[arg(long, value_name = "OUT.jsonl")]
     pub predictions: Option<PathBuf>,
 }
@@ -124,12 +125,26 @@ pub fn run(args: &EvalMemoryArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} (embedding turns, then questions) {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut on_progress = |p: EvalProgress| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    };
     let report = runtime.block_on(evaluate(
         &conversations,
         args.k,
         mode,
         embedder.as_ref().map(|e| e as &dyn Embedder),
-    ))?;
+        &mut on_progress,
+    ));
+    bar.finish_and_clear();
+    let report = report?;
     print_report(&report);
     if let Some(path) = &args.predictions {
         let file =

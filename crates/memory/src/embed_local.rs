@@ -36,6 +36,8 @@ pub const DIMENSION: usize = 384;
 pub const MAX_TOKENS: usize = 256;
 /// Texts per forward pass.
 pub const BATCH_SIZE: usize = 32;
+/// The weight of MiniLM's ranking in the fusion (the lexical list weighs 1).
+pub const RRF_WEIGHT: f64 = 0.5;
 /// Environment variable naming the model directory.
 pub const MODEL_DIR_ENV: &str = "OPENCOUCH_EMBEDDING_MODEL_DIR";
 /// The Python package that ships the model files.
@@ -272,6 +274,13 @@ impl Embedder for LocalEmbedder {
 
     fn dimension(&self) -> usize {
         DIMENSION
+    }
+
+    /// MiniLM's ranking is weaker than lexical recall on conversational
+    /// memory (LoCoMo, docs/benchmarks.md): fused at half weight it adds
+    /// paraphrase matches without outvoting exact lexical hits.
+    fn rrf_weight(&self) -> f64 {
+        RRF_WEIGHT
     }
 }
 

@@ -1,10 +1,13 @@
 //! LoCoMo retrieval evaluation: recall@k of the evidence turns.
 //!
-//! Every turn of a conversation becomes one memory record; each QA question
-//! (category 5, adversarial, is skipped) is a query; recall@k is the share
-//! of the question's evidence turns (`dia_id`s) found in the top k,
-//! averaged per category and overall. Data is read from a path given at run
-//! time and never copied; predictions hold ids only, never dataset text.
+//! Every turn of a conversation becomes one memory record ([`turn_record`]:
+//! the utterance as primary text, the turn it answers as context, the
+//! session date); each QA question (category 5, adversarial, is skipped) is
+//! a query; recall@k is the share of the question's evidence turns
+//! (`dia_id`s) found in the top k, averaged per category and overall. Data
+//! is read from a path given at run time and never copied into the
+//! repository; per-question predictions (question, retrieved turn ids) are
+//! written only where the caller asks.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::backend::StoredEmbedding;
-use crate::retrieval::{EmbedError, Embedder, MemoryIndex, SearchMode};
+use crate::retrieval::{EmbedError, Embedder, MemoryIndex, SEMANTIC_SEARCH_LIMIT, SearchMode};
 
 /// The adversarial category, excluded from recall.
 pub const SKIPPED_CATEGORY: u8 = 5;
@@ -62,6 +65,9 @@ pub struct LocomoTurn {
     pub caption: Option<String>,
     /// Session number.
     pub session: u32,
+    /// The session's date ("8 May 2023"), when the file gives one.
+    #[serde(default)]
+    pub date: Option<String>,
 }
 
 impl LocomoTurn {
@@ -94,6 +100,16 @@ pub struct LocomoConversation {
     pub turns: Vec<LocomoTurn>,
     /// Questions.
     pub qa: Vec<LocomoQa>,
+}
+
+/// The date part of a LoCoMo session timestamp: "1:56 pm on 8 May, 2023"
+/// → "8 May 2023" (other spellings are kept as given, trimmed).
+pub fn session_date(raw: &str) -> String {
+    let date = raw.rsplit_once(" on ").map_or(raw, |(_, d)| d);
+    date.replace(',', "")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn evidence_ids(v: &Value) -> Vec<String> {
@@ -130,6 +146,10 @@ fn parse_conversation(
     sessions.sort_by_key(|(n, _)| *n);
     let mut turns = Vec::new();
     for (session, items) in sessions {
+        let date = obj
+            .get(&format!("session_{session}_date_time"))
+            .and_then(Value::as_str)
+            .map(session_date);
         for t in items {
             let (Some(dia_id), Some(text)) = (
                 t.get("dia_id").and_then(Value::as_str),
@@ -150,6 +170,7 @@ fn parse_conversation(
                     .and_then(Value::as_str)
                     .map(str::to_owned),
                 session,
+                date: date.clone(),
             });
         }
     }
@@ -270,8 +291,10 @@ pub struct CategoryScore {
 /// One question's result (ids only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
-    /// Conversation id.
-    pub sample_id: String,
+    /// Conversation id (the file stem, or the `sample_id` of a combined file).
+    pub conversation: String,
+    /// The question asked.
+    pub question: String,
     /// Index of the question in the conversation's `qa`.
     pub question_index: usize,
     /// Category.
@@ -320,11 +343,6 @@ impl EvalReport {
     }
 }
 
-/// Candidates per list before fusion: max(k×5, 50).
-pub fn candidate_pool(k: usize) -> usize {
-    (k * 5).max(50)
-}
-
 /// recall@k of `retrieved` against `evidence` (0 when there is no evidence).
 pub fn recall_at_k(evidence: &[String], retrieved: &[String], k: usize) -> f64 {
     let ev: HashSet<&String> = evidence.iter().collect();
@@ -347,7 +365,63 @@ fn mean_scores(preds: &[&Prediction]) -> CategoryScore {
     }
 }
 
-/// Runs the evaluation with one retriever.
+/// How far an evaluation run is: `done` of `total` work units (one per
+/// text embedded and one per question searched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvalProgress {
+    /// Units finished.
+    pub done: u64,
+    /// Units in the whole run.
+    pub total: u64,
+}
+
+/// Texts embedded per call, so progress moves during long embedding runs.
+const EMBED_CHUNK: usize = 64;
+
+/// The memory record indexed for turn `i`: the utterance (primary text),
+/// the turn it answers (the previous turn of the same session) as context,
+/// and the session date, the way a stored memory carries its provenance.
+pub fn turn_record(turns: &[LocomoTurn], i: usize) -> Value {
+    let t = &turns[i];
+    let mut v = json!({"text": t.record_text()});
+    if let Some(prev) = i.checked_sub(1).map(|p| &turns[p])
+        && prev.session == t.session
+    {
+        v["context"] = Value::String(prev.record_text());
+    }
+    if let Some(d) = &t.date {
+        v["date"] = Value::String(d.clone());
+    }
+    v
+}
+
+async fn embed_chunked(
+    embedder: &dyn Embedder,
+    texts: &[String],
+    done: &mut u64,
+    total: u64,
+    progress: &mut dyn FnMut(EvalProgress),
+) -> Result<Vec<Vec<f32>>, EvalError> {
+    let mut out = Vec::with_capacity(texts.len());
+    for chunk in texts.chunks(EMBED_CHUNK) {
+        let vectors = embedder.embed(chunk).await?;
+        if vectors.len() != chunk.len() {
+            return Err(EvalError::Embed(EmbedError(
+                "embedder returned a different number of vectors".to_owned(),
+            )));
+        }
+        out.extend(vectors);
+        *done += chunk.len() as u64;
+        progress(EvalProgress { done: *done, total });
+    }
+    Ok(out)
+}
+
+/// Runs the evaluation with one retriever, the way per-turn retrieval runs:
+/// each list keeps [`SEMANTIC_SEARCH_LIMIT`] candidates, fused by RRF
+/// (k = 60, the dense list weighted by [`Embedder::rrf_weight`]), cut to k.
+/// Turns are embedded as their utterance text (`Speaker: text`), questions
+/// as asked. `progress` is called as work completes.
 ///
 /// # Errors
 /// [`EvalError::EmbedderRequired`] for embedding/hybrid without an embedder;
@@ -357,21 +431,37 @@ pub async fn evaluate(
     k: usize,
     retriever: SearchMode,
     embedder: Option<&dyn Embedder>,
+    progress: &mut dyn FnMut(EvalProgress),
 ) -> Result<EvalReport, EvalError> {
     let embedder = match (retriever, embedder) {
         (SearchMode::Token, _) => None,
         (_, Some(e)) => Some(e),
         (mode, None) => return Err(EvalError::EmbedderRequired(mode)),
     };
+    let scored = |c: &LocomoConversation| {
+        c.qa.iter()
+            .filter(|q| q.category != SKIPPED_CATEGORY && !q.evidence.is_empty())
+            .count()
+    };
+    let total: u64 = conversations
+        .iter()
+        .map(|c| {
+            let embeds = if embedder.is_some() {
+                c.turns.len() + scored(c)
+            } else {
+                0
+            };
+            (embeds + scored(c)) as u64
+        })
+        .sum();
+    let mut done = 0u64;
     let mut predictions = Vec::new();
     let mut times = Vec::new();
     let mut embed_seconds = 0.0;
     let mut embedded_texts = 0;
     for conv in conversations {
-        let values: Vec<Value> = conv
-            .turns
-            .iter()
-            .map(|t| json!({"text": t.record_text()}))
+        let values: Vec<Value> = (0..conv.turns.len())
+            .map(|i| turn_record(&conv.turns, i))
             .collect();
         let questions: Vec<(usize, &LocomoQa)> = conv
             .qa
@@ -384,8 +474,8 @@ pub async fn evaluate(
                 let started = Instant::now();
                 let texts: Vec<String> = conv.turns.iter().map(LocomoTurn::record_text).collect();
                 let qs: Vec<String> = questions.iter().map(|(_, q)| q.question.clone()).collect();
-                let tv = e.embed(&texts).await?;
-                let qv = e.embed(&qs).await?;
+                let tv = embed_chunked(e, &texts, &mut done, total, progress).await?;
+                let qv = embed_chunked(e, &qs, &mut done, total, progress).await?;
                 embed_seconds += started.elapsed().as_secs_f64();
                 embedded_texts += texts.len() + qs.len();
                 let stored: Vec<StoredEmbedding> = tv
@@ -407,27 +497,33 @@ pub async fn evaluate(
                 .enumerate()
                 .map(|(i, v)| (v, turn_vecs.as_ref().and_then(|t| t.get(i)))),
             model,
-        );
+        )
+        .with_dense_weight(embedder.map_or(1.0, |e| e.rrf_weight()));
         for (qi, (index_in_qa, q)) in questions.iter().enumerate() {
             let qv = query_vecs
                 .as_ref()
                 .and_then(|v| v.get(qi))
                 .map(Vec::as_slice);
             let started = Instant::now();
-            let hits = index.search_pool(&q.question, qv, retriever, candidate_pool(k), k);
+            let hits = index.search_pool(&q.question, qv, retriever, SEMANTIC_SEARCH_LIMIT, k);
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             let retrieved: Vec<String> = hits
                 .iter()
                 .map(|h| conv.turns[h.index].dia_id.clone())
                 .collect();
             predictions.push(Prediction {
-                sample_id: conv.sample_id.clone(),
+                conversation: conv.sample_id.clone(),
+                question: q.question.clone(),
                 question_index: *index_in_qa,
                 category: q.category,
                 recall: recall_at_k(&q.evidence, &retrieved, k),
                 evidence: q.evidence.clone(),
                 retrieved,
             });
+            done += 1;
+            if done.is_multiple_of(16) || done == total {
+                progress(EvalProgress { done, total });
+            }
         }
     }
     let mut per_category = BTreeMap::new();
@@ -522,6 +618,49 @@ mod tests {
     }
 
     #[test]
+    fn session_date_table() {
+        let cases = [
+            ("1:56 pm on 8 May, 2023", "8 May 2023"),
+            ("11:01 am on 17 December, 2022", "17 December 2022"),
+            ("8 May 2023", "8 May 2023"),
+            ("  sometime  ", "sometime"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(session_date(raw), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn turn_records_carry_context_and_date() {
+        let d = tmpdir("records");
+        let mut v = sample();
+        v["session_2_date_time"] = json!("2:00 pm on 3 June, 2023");
+        let convs = load_locomo(&write(&d, "a.json", &v)).unwrap();
+        let turns = &convs[0].turns;
+        let first = turn_record(turns, 0);
+        assert!(
+            first.get("context").is_none(),
+            "nothing before the first turn"
+        );
+        assert_eq!(first["date"], "1 May 2023");
+        let second = turn_record(turns, 1);
+        assert_eq!(second["context"], turns[0].record_text());
+        let third = turn_record(turns, 2);
+        assert!(
+            third.get("context").is_none(),
+            "context stays within a session"
+        );
+        assert_eq!(third["date"], "3 June 2023");
+        assert!(
+            third["text"]
+                .as_str()
+                .unwrap()
+                .contains("[image: a photo of a cat]")
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
     fn recall_at_k_table() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(recall_at_k(&s(&["a"]), &s(&["b", "a"]), 2), 1.0);
@@ -534,7 +673,9 @@ mod tests {
     async fn token_evaluation_skips_adversarial() {
         let d = tmpdir("eval");
         let convs = load_locomo(&write(&d, "a.json", &sample())).unwrap();
-        let r = evaluate(&convs, 2, SearchMode::Token, None).await.unwrap();
+        let r = evaluate(&convs, 2, SearchMode::Token, None, &mut |_| {})
+            .await
+            .unwrap();
         assert_eq!(r.overall.questions, 2);
         assert!(!r.per_category.contains_key(&5));
         assert_eq!(r.per_category[&4].recall, 1.0, "kitten question finds D1:1");
@@ -543,8 +684,22 @@ mod tests {
             "pottery question finds both turns"
         );
         assert!(r.summary_json()["overall"]["recall"].as_f64().is_some());
+        let p = &r.predictions[0];
+        assert_eq!(p.conversation, "a");
+        assert_eq!(p.question, "What is the name of Ann's kitten?");
+        assert_eq!(p.retrieved.first().map(String::as_str), Some("D1:1"));
+        let line = serde_json::to_value(p).unwrap();
+        for key in ["conversation", "question", "retrieved"] {
+            assert!(line.get(key).is_some(), "{key}");
+        }
+        // Progress ends at the total: one unit per scored question.
+        let mut last = None;
+        evaluate(&convs, 2, SearchMode::Token, None, &mut |p| last = Some(p))
+            .await
+            .unwrap();
+        assert_eq!(last, Some(EvalProgress { done: 2, total: 2 }));
         assert!(matches!(
-            evaluate(&convs, 2, SearchMode::Hybrid, None).await,
+            evaluate(&convs, 2, SearchMode::Hybrid, None, &mut |_| {}).await,
             Err(EvalError::EmbedderRequired(SearchMode::Hybrid))
         ));
         std::fs::remove_dir_all(&d).ok();

@@ -5,6 +5,7 @@
 //! [`MemoryIndex`]); [`retrieve`] wires it to a [`MemoryBackend`] and an
 //! optional [`Embedder`].
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Instant;
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backend::{BackendError, MemoryBackend, MemoryRecord, StoredEmbedding, load_profile};
-use crate::text::meaningful_tokens;
+use crate::text::search_terms;
 use crate::types::{MemoryKind, SemanticFact, SessionArc};
 
 /// A record is a lexical hit when this share of the query's meaningful
@@ -53,6 +54,13 @@ pub trait Embedder: Send + Sync {
     fn model_id(&self) -> &str;
     /// The vector dimension.
     fn dimension(&self) -> usize;
+    /// How much this provider's ranking counts in the fusion, relative to
+    /// the lexical list (weight 1). Providers whose ranking was measured to
+    /// be weaker than lexical recall on conversational memory declare less
+    /// (see `docs/benchmarks.md`); unmeasured providers count equally.
+    fn rrf_weight(&self) -> f64 {
+        1.0
+    }
 }
 
 /// Embeds texts for storage alongside records.
@@ -198,25 +206,38 @@ pub fn rrf_fuse<K: Clone + Eq + Hash>(
     k: f64,
     insertion_order: impl Fn(&K) -> usize,
 ) -> Vec<(K, f64)> {
-    let non_empty: Vec<&Vec<K>> = lists.iter().filter(|l| !l.is_empty()).collect();
-    if let [only] = non_empty.as_slice() {
+    let weighted: Vec<(&[K], f64)> = lists.iter().map(|l| (l.as_slice(), 1.0)).collect();
+    rrf_fuse_weighted(&weighted, k, insertion_order)
+}
+
+/// Weighted Reciprocal Rank Fusion: each item scores Σ w/(k + rank) over
+/// the lists it appears in, `w` being its list's weight. With all weights
+/// 1 this is [`rrf_fuse`]. Ties go to the lower `insertion_order`; when
+/// exactly one list is non-empty the result is that list, in order.
+pub fn rrf_fuse_weighted<K: Clone + Eq + Hash>(
+    lists: &[(&[K], f64)],
+    k: f64,
+    insertion_order: impl Fn(&K) -> usize,
+) -> Vec<(K, f64)> {
+    let non_empty: Vec<&(&[K], f64)> = lists.iter().filter(|(l, _)| !l.is_empty()).collect();
+    if let [(only, w)] = non_empty.as_slice() {
         let mut seen = HashSet::new();
         return only
             .iter()
             .filter(|key| seen.insert((*key).clone()))
             .enumerate()
-            .map(|(i, key)| (key.clone(), 1.0 / (k + (i + 1) as f64)))
+            .map(|(i, key)| (key.clone(), w / (k + (i + 1) as f64)))
             .collect();
     }
     let mut scores: HashMap<K, f64> = HashMap::new();
-    for list in &non_empty {
+    for (list, w) in &non_empty {
         let mut seen = HashSet::new();
         for (i, key) in list
             .iter()
             .filter(|key| seen.insert((*key).clone()))
             .enumerate()
         {
-            *scores.entry(key.clone()).or_insert(0.0) += 1.0 / (k + (i + 1) as f64);
+            *scores.entry(key.clone()).or_insert(0.0) += w / (k + (i + 1) as f64);
         }
     }
     let mut out: Vec<(K, f64)> = scores.into_iter().collect();
@@ -266,18 +287,52 @@ pub enum SearchMode {
 }
 
 struct IndexedDoc {
-    primary_len: usize,
-    vector: Option<Vec<f32>>,
+    /// Distinct retrieval terms of the primary text (short-record path).
+    primary_len: u32,
+    /// Field-weighted term count (BM25 length normalisation).
+    weighted_len: f32,
 }
 
-/// A prepared search index over one namespace's records (token postings and
-/// unit-normalised vectors), so a query costs postings lookups plus one dot
-/// product per embedded record.
+/// One posting: a record holding the term.
+#[derive(Clone, Copy)]
+struct Posting {
+    doc: u32,
+    /// Field-weighted term frequency: primary-text occurrences count 1,
+    /// occurrences in the record's other fields [`SECONDARY_FIELD_WEIGHT`].
+    weighted_tf: f32,
+    /// Whether the term occurs in the primary text.
+    in_primary: bool,
+}
+
+/// BM25 term-frequency saturation.
+pub const BM25_K1: f64 = 1.2;
+/// BM25 length normalisation.
+pub const BM25_B: f64 = 0.75;
+/// Weight of a term occurrence outside the primary text (BM25F): a fact's
+/// object and category, an arc's themes, a record's context and date count
+/// half as much as the person's own words.
+pub const SECONDARY_FIELD_WEIGHT: f32 = 0.5;
+
+/// A prepared search index over one namespace's records (term postings and
+/// unit-normalised vectors in one flat buffer), so a query costs postings
+/// lookups plus one dot product per embedded record.
+///
+/// Lexical search keeps the original's *hit rule* (token recall ≥ 0.33 of
+/// the query's meaningful terms over the whole record, or the short-record
+/// path) and ranks the hits by BM25F over stemmed terms
+/// ([`crate::text::search_terms`]): rare, specific words ("pottery",
+/// "adoption") outrank words found in every record (a name, "feel"), and
+/// the primary text outweighs the other fields.
 pub struct MemoryIndex {
     docs: Vec<IndexedDoc>,
-    haystack_postings: HashMap<String, Vec<u32>>,
-    primary_postings: HashMap<String, Vec<u32>>,
+    postings: HashMap<String, Vec<Posting>>,
+    avg_weighted_len: f64,
+    /// Unit vectors of the embedded records, `dim` floats each, in order.
+    vectors: Vec<f32>,
+    /// The record each vector belongs to.
+    vector_docs: Vec<u32>,
     model: Option<(String, usize)>,
+    dense_weight: f64,
 }
 
 /// One search hit: the record's position in the indexed slice and its score.
@@ -316,6 +371,27 @@ fn unit(v: &[f32]) -> Option<Vec<f32>> {
     }
 }
 
+/// Keeps the best `limit` items by `cmp` (best first), sorting only those.
+fn top_sorted<T>(mut items: Vec<T>, limit: usize, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    if items.len() > limit {
+        items.select_nth_unstable_by(limit - 1, &cmp);
+        items.truncate(limit);
+    }
+    items.sort_by(cmp);
+    items
+}
+
+fn counts(terms: Vec<String>) -> HashMap<String, u32> {
+    let mut tf: HashMap<String, u32> = HashMap::new();
+    for t in terms {
+        *tf.entry(t).or_default() += 1;
+    }
+    tf
+}
+
 impl MemoryIndex {
     /// Indexes `(value, embedding)` pairs in insertion order. Vectors of
     /// another model or dimension than `model` (id, dim) are ignored.
@@ -324,40 +400,67 @@ impl MemoryIndex {
         model: Option<(&str, usize)>,
     ) -> Self {
         let mut docs = Vec::new();
-        let mut haystack_postings: HashMap<String, Vec<u32>> = HashMap::new();
-        let mut primary_postings: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut postings: HashMap<String, Vec<Posting>> = HashMap::new();
+        let mut vectors = Vec::new();
+        let mut vector_docs = Vec::new();
+        let mut total_len = 0f64;
         for (i, (value, emb)) in items.into_iter().enumerate() {
-            let i = i as u32;
-            let hay: HashSet<String> = meaningful_tokens(&haystack(value)).into_iter().collect();
-            let primary: HashSet<String> = primary_text(value)
-                .map(meaningful_tokens)
-                .unwrap_or_default()
-                .into_iter()
-                .collect();
-            for t in hay {
-                haystack_postings.entry(t).or_default().push(i);
+            let doc = u32::try_from(i).unwrap_or(u32::MAX);
+            // The haystack holds the primary text once, plus every other field.
+            let hay = counts(search_terms(&haystack(value)));
+            let primary = counts(primary_text(value).map(search_terms).unwrap_or_default());
+            let mut weighted_len = 0f32;
+            for (term, n) in hay {
+                let p = primary.get(&term).copied().unwrap_or(0).min(n);
+                let weighted_tf = p as f32 + SECONDARY_FIELD_WEIGHT * (n - p) as f32;
+                weighted_len += weighted_tf;
+                postings.entry(term).or_default().push(Posting {
+                    doc,
+                    weighted_tf,
+                    in_primary: p > 0,
+                });
             }
-            let primary_len = primary.len();
-            for t in primary {
-                primary_postings.entry(t).or_default().push(i);
+            total_len += f64::from(weighted_len);
+            if let (Some(e), Some((m, d))) = (emb, model)
+                && e.model == m
+                && e.dim == d
+                && e.vector.len() == d
+                && let Some(u) = unit(&e.vector)
+            {
+                vectors.extend_from_slice(&u);
+                vector_docs.push(doc);
             }
-            let vector = match (emb, model) {
-                (Some(e), Some((m, d))) if e.model == m && e.dim == d && e.vector.len() == d => {
-                    unit(&e.vector)
-                }
-                _ => None,
-            };
             docs.push(IndexedDoc {
-                primary_len,
-                vector,
+                primary_len: u32::try_from(primary.len()).unwrap_or(u32::MAX),
+                weighted_len,
             });
         }
+        let avg_weighted_len = if docs.is_empty() {
+            0.0
+        } else {
+            total_len / docs.len() as f64
+        };
         MemoryIndex {
             docs,
-            haystack_postings,
-            primary_postings,
+            postings,
+            avg_weighted_len,
+            vectors,
+            vector_docs,
             model: model.map(|(m, d)| (m.to_owned(), d)),
+            dense_weight: 1.0,
         }
+    }
+
+    /// Sets the RRF weight of the dense list (the lexical list weighs 1);
+    /// see [`Embedder::rrf_weight`].
+    #[must_use]
+    pub fn with_dense_weight(mut self, weight: f64) -> Self {
+        self.dense_weight = if weight.is_finite() && weight > 0.0 {
+            weight
+        } else {
+            1.0
+        };
+        self
     }
 
     /// Number of indexed records.
@@ -370,53 +473,52 @@ impl MemoryIndex {
         self.docs.is_empty()
     }
 
-    /// Lexical hits, best first (ties by insertion order), at most `limit`.
+    /// Lexical hits (the token-recall hit rule), ranked by BM25F over
+    /// stemmed terms, best first (ties by insertion order), at most `limit`.
+    /// The score is the BM25F value.
     pub fn token_ranking(&self, query: &str, limit: usize) -> Vec<(usize, f64)> {
-        let q: HashSet<String> = meaningful_tokens(query).into_iter().collect();
-        if q.is_empty() {
+        let q: HashSet<String> = search_terms(query).into_iter().collect();
+        if q.is_empty() || self.docs.is_empty() {
             return Vec::new();
         }
-        // Dense counters (haystack hits, primary hits) plus the touched docs.
-        let mut counts = vec![(0u32, 0u32); self.docs.len()];
+        let n = self.docs.len() as f64;
+        let avg = self.avg_weighted_len.max(1.0);
+        // Per record: (query terms found, found in the primary text, BM25F).
+        let mut acc = vec![(0u32, 0u32, 0f64); self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
         for t in &q {
-            for (postings, primary) in [
-                (self.haystack_postings.get(t), false),
-                (self.primary_postings.get(t), true),
-            ] {
-                for &d in postings.into_iter().flatten() {
-                    let c = &mut counts[d as usize];
-                    if *c == (0, 0) {
-                        touched.push(d);
-                    }
-                    if primary {
-                        c.1 += 1;
-                    } else {
-                        c.0 += 1;
-                    }
+            let Some(list) = self.postings.get(t) else {
+                continue;
+            };
+            let df = list.len() as f64;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for p in list {
+                let len = f64::from(self.docs[p.doc as usize].weighted_len);
+                let tf = f64::from(p.weighted_tf);
+                let part = idf * tf * (BM25_K1 + 1.0)
+                    / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * len / avg));
+                let e = &mut acc[p.doc as usize];
+                if e.0 == 0 {
+                    touched.push(p.doc);
                 }
+                e.0 += 1;
+                e.1 += u32::from(p.in_primary);
+                e.2 += part;
             }
         }
-        let mut hits: Vec<(usize, LexicalScore)> = touched
+        let hits: Vec<(usize, f64)> = touched
             .into_iter()
-            .map(|d| {
-                let (found, shared) = counts[d as usize];
-                let primary_len = self.docs[d as usize].primary_len;
-                (
-                    d as usize,
-                    score_from_counts(q.len(), found as usize, shared as usize, primary_len),
-                )
+            .filter_map(|d| {
+                let (found, shared, bm25) = acc[d as usize];
+                let primary_len = self.docs[d as usize].primary_len as usize;
+                score_from_counts(q.len(), found as usize, shared as usize, primary_len)
+                    .hit
+                    .then_some((d as usize, bm25))
             })
-            .filter(|(_, s)| s.hit)
             .collect();
-        hits.sort_by(|a, b| {
-            b.1.recall
-                .total_cmp(&a.1.recall)
-                .then_with(|| b.1.primary_coverage.total_cmp(&a.1.primary_coverage))
-                .then_with(|| a.0.cmp(&b.0))
-        });
-        hits.truncate(limit);
-        hits.into_iter().map(|(d, s)| (d, s.recall)).collect()
+        top_sorted(hits, limit, |a, b| {
+            b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0))
+        })
     }
 
     /// Dense hits (cosine ≥ 0.5), best first, at most `limit`. Empty when
@@ -425,24 +527,27 @@ impl MemoryIndex {
         let Some((_, dim)) = &self.model else {
             return Vec::new();
         };
-        if query_vector.len() != *dim {
+        if query_vector.len() != *dim || *dim == 0 {
             return Vec::new();
         }
         let Some(q) = unit(query_vector) else {
             return Vec::new();
         };
-        let mut hits: Vec<(usize, f32)> = self
-            .docs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, d)| {
-                let c = dot(d.vector.as_ref()?, &q);
-                (c >= COSINE_THRESHOLD).then_some((i, c))
+        let hits: Vec<(usize, f32)> = self
+            .vectors
+            .chunks_exact(*dim)
+            .zip(&self.vector_docs)
+            .filter_map(|(v, &d)| {
+                let c = dot(v, &q);
+                (c >= COSINE_THRESHOLD).then_some((d as usize, c))
             })
             .collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        hits.truncate(limit);
-        hits.into_iter().map(|(i, c)| (i, f64::from(c))).collect()
+        top_sorted(hits, limit, |a, b| {
+            b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0))
+        })
+        .into_iter()
+        .map(|(i, c)| (i, f64::from(c)))
+        .collect()
     }
 
     /// Runs the chosen lists (each cut to `limit`) and fuses them with RRF (k=60).
@@ -475,11 +580,13 @@ impl MemoryIndex {
             (SearchMode::Token, _) | (_, None) => Vec::new(),
             (_, Some(v)) => self.dense_ranking(v, pool),
         };
+        let token: Vec<usize> = token.into_iter().map(|(i, _)| i).collect();
+        let dense: Vec<usize> = dense.into_iter().map(|(i, _)| i).collect();
         let lists = [
-            token.into_iter().map(|(i, _)| i).collect::<Vec<_>>(),
-            dense.into_iter().map(|(i, _)| i).collect(),
+            (token.as_slice(), 1.0),
+            (dense.as_slice(), self.dense_weight),
         ];
-        rrf_fuse(&lists, RRF_K, |i| *i)
+        rrf_fuse_weighted(&lists, RRF_K, |i| *i)
             .into_iter()
             .take(limit)
             .map(|(index, score)| Hit { index, score })
@@ -612,6 +719,7 @@ pub async fn search_layers(
         },
     };
     let model = embedder.map(|e| (e.model_id(), e.dimension()));
+    let dense_weight = embedder.map_or(1.0, |e| e.rrf_weight());
     let mode = if query_vector.is_some() {
         SearchMode::Hybrid
     } else {
@@ -622,7 +730,8 @@ pub async fn search_layers(
     let sem_index = MemoryIndex::build(
         semantic.iter().map(|r| (&r.value, r.embedding.as_ref())),
         model,
-    );
+    )
+    .with_dense_weight(dense_weight);
     let sem_hits = sem_index.search(
         req.query,
         query_vector.as_deref(),
@@ -652,7 +761,8 @@ pub async fn search_layers(
     let epi_index = MemoryIndex::build(
         recent.iter().map(|(r, _)| (&r.value, r.embedding.as_ref())),
         model,
-    );
+    )
+    .with_dense_weight(dense_weight);
     let epi_hits = epi_index.search(req.query, query_vector.as_deref(), mode, episodic_keep);
     let mut episodic_entries: Vec<WorkingMemoryEntry> = epi_hits
         .iter()
@@ -769,6 +879,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{InMemoryBackend, save_profile};
+    use crate::text::meaningful_tokens;
     use crate::types::*;
 
     fn set(s: &str) -> HashSet<String> {
@@ -844,6 +955,61 @@ mod tests {
         let out = rrf_fuse(&[vec!["d", "a"], vec![]], 60.0, order);
         assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec!["d", "a"]);
         assert!(rrf_fuse::<&str>(&[vec![], vec![]], 60.0, order).is_empty());
+    }
+
+    #[test]
+    fn weighted_rrf_table() {
+        let order = |k: &&str| "abcdef".find(*k).unwrap_or(99);
+        let lex = ["a", "b", "c"];
+        let dense = ["c", "d"];
+        // Equal weights: c (3rd + 1st) beats a (1st only).
+        let eq = rrf_fuse_weighted(&[(&lex[..], 1.0), (&dense[..], 1.0)], 60.0, order);
+        assert_eq!(eq[0].0, "c");
+        assert_eq!(
+            eq,
+            rrf_fuse(&[lex.to_vec(), dense.to_vec()], 60.0, order),
+            "weights of 1 are plain RRF"
+        );
+        // Half-weight dense list: the lexical top hit keeps its place,
+        // the dense-only hit comes last.
+        let half = rrf_fuse_weighted(&[(&lex[..], 1.0), (&dense[..], 0.5)], 60.0, order);
+        assert_eq!(
+            half.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec!["c", "a", "b", "d"]
+        );
+        assert!((half[0].1 - (1.0 / 63.0 + 0.5 / 61.0)).abs() < 1e-12);
+        // One list only: that list in order, whatever its weight.
+        let only = rrf_fuse_weighted(&[(&[][..], 1.0), (&dense[..], 0.5)], 60.0, order);
+        assert_eq!(only.iter().map(|x| x.0).collect::<Vec<_>>(), vec!["c", "d"]);
+    }
+
+    #[test]
+    fn bm25_ranks_rare_terms_and_the_primary_text_first() {
+        let records = [
+            // 0: shares only the common word "work".
+            serde_json::json!({"evidence_quote": "Work was long today", "object": "work"}),
+            // 1: the rare word in a secondary field only.
+            serde_json::json!({"evidence_quote": "I started something new at work", "object": "pottery"}),
+            // 2: the rare word in the person's own words.
+            serde_json::json!({"evidence_quote": "Pottery class after work calms me", "object": "class"}),
+            serde_json::json!({"evidence_quote": "Work stress again", "object": "work"}),
+            serde_json::json!({"evidence_quote": "My boss at work", "object": "boss"}),
+        ];
+        let idx = MemoryIndex::build(records.iter().map(|v| (v, None)), None);
+        let ranked: Vec<usize> = idx
+            .token_ranking("pottery after work", 10)
+            .iter()
+            .map(|x| x.0)
+            .collect();
+        assert_eq!(ranked[..2], [2, 1], "{ranked:?}");
+        // Stemming: another form of the word still meets the memory.
+        let ranked = idx.token_ranking("potteries", 10);
+        assert_eq!(ranked.first().map(|x| x.0), Some(2));
+        // The hit rule still applies: one common word of four is no hit.
+        assert!(
+            idx.token_ranking("work holiday beach sunshine", 10)
+                .is_empty()
+        );
     }
 
     proptest! {

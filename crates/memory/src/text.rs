@@ -1,6 +1,9 @@
 //! Tokenization shared by retrieval, deduplication and the policy gates.
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
 
 use crate::lexicon::lexicon;
 
@@ -83,6 +86,37 @@ pub fn dedup_jaccard(a: &str, b: &str) -> f64 {
 /// The dedup threshold: texts at or above it are the same memory.
 pub const DEDUP_JACCARD: f64 = 0.85;
 
+/// A retrieval term: a meaningful token reduced to its English Snowball
+/// stem ("painting", "paints" → "paint"), so a query and a memory that use
+/// different forms of a word still meet. CJK characters and tokens with
+/// digits are kept as they are.
+pub fn search_term(token: &str) -> String {
+    static STEMMER: OnceLock<Stemmer> = OnceLock::new();
+    let stemmable = token.chars().all(|c| c.is_alphabetic() && !is_cjk(c));
+    if !stemmable {
+        return token.to_owned();
+    }
+    let stem = STEMMER
+        .get_or_init(|| Stemmer::create(Algorithm::English))
+        .stem(token);
+    if stem.chars().count() < 2 {
+        token.to_owned()
+    } else {
+        stem.into_owned()
+    }
+}
+
+/// The retrieval terms of `text`, in order (with repeats): its meaningful
+/// tokens, stemmed ([`search_term`]). Used only by the retrieval index;
+/// deduplication and the policy gates compare unstemmed tokens.
+pub fn search_terms(text: &str) -> Vec<String> {
+    tokens(text)
+        .iter()
+        .filter(|t| is_meaningful(t))
+        .map(|t| search_term(t))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +158,31 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn search_terms_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("I went painting", &["went", "paint"]),
+            ("She paints sunsets", &["paint", "sunset"]),
+            (
+                "researching adoption agencies",
+                &["research", "adopt", "agenc"],
+            ),
+            ("my kids' camping trips", &["kid", "camp", "trip"]),
+            ("Born in 1990, at 5pm", &["born", "1990", "5pm"]),
+            ("我喜欢跑步", &["我", "喜", "欢", "跑", "步"]),
+            ("The and of", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                search_terms(text),
+                want.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                "{text}"
+            );
+        }
+        // Query and memory forms meet.
+        assert_eq!(search_terms("relaxing"), search_terms("relaxes"));
     }
 
     #[test]

@@ -75,7 +75,7 @@ fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, Status
 
 #[tokio::test]
 async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
-    let f = fixture();
+    let f = fixture().await;
     chat(&f, &f.alice, "t1", "I had a long day at work").await;
     save_rule(&f, "alice", "keep replies short").await;
     // Every protected route is in this suite (the WebSocket is covered in streaming.rs).
@@ -127,42 +127,41 @@ async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
 }
 
 #[tokio::test]
-async fn revoked_token_is_rejected() {
-    let f = fixture();
-    let dir = tempfile::tempdir().unwrap();
-    let users = opencouch_server::UserDirectory::in_data_dir(dir.path());
-    let carol = users.add("carol", chrono::Utc::now()).unwrap();
-    let (p, i) = common::runtimes();
-    let state =
-        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Tokens(users), limits());
-    let app = opencouch_server::router(state);
-    assert_eq!(
-        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
-        StatusCode::OK
+async fn revoked_token_is_rejected_at_once() {
+    let f = fixture().await;
+    let users = opencouch_server::UserDirectory::new(
+        f.state
+            .runtime(MemoryMode::Persistent)
+            .stores()
+            .users
+            .clone(),
     );
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    opencouch_server::UserDirectory::in_data_dir(dir.path())
-        .revoke("carol", chrono::Utc::now())
-        .unwrap();
-    // Force a different mtime on coarse file systems.
-    let path = dir.path().join("users.json");
-    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(later)
-        .unwrap();
+    let carol = users.add("carol", chrono::Utc::now()).await.unwrap();
     assert_eq!(
-        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
-        StatusCode::UNAUTHORIZED
+        call(&f.app, GET, "/api/threads", Some(&carol), None)
+            .await
+            .0,
+        StatusCode::OK,
+        "a user added while the server runs can sign in"
     );
-    drop(f);
+    users.revoke("carol", chrono::Utc::now()).await.unwrap();
+    let (status, v) = call(&f.app, GET, "/api/threads", Some(&carol), None).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    assert_eq!(
+        call(&f.app, GET, "/api/threads", Some(&f.alice), None)
+            .await
+            .0,
+        StatusCode::OK,
+        "other users are unaffected"
+    );
 }
 
 #[tokio::test]
 async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
-    let f = fixture();
+    let f = fixture().await;
     let long = "a".repeat(4001);
     let huge = format!(
         r#"{{"message":"{}","thread_id":"t"}}"#,
@@ -334,7 +333,7 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
 async fn rate_limit_is_per_owner() {
     let mut l = limits();
     l.rate_limit_per_minute = 3;
-    let f = fixture_with(l);
+    let f = fixture_with(l).await;
     for _ in 0..3 {
         assert_eq!(
             call(&f.app, GET, "/api/threads", Some(&f.alice), None)
@@ -358,7 +357,7 @@ async fn rate_limit_is_per_owner() {
 
 #[tokio::test]
 async fn chat_flow_threads_and_end_session() {
-    let f = fixture();
+    let f = fixture().await;
     let v = chat(&f, &f.alice, "t1", "I feel a bit anxious about tomorrow").await;
     assert_eq!(v["thread_id"], "t1", "the client sees its own thread id");
     assert_eq!(v["response_type"], "therapeutic");
@@ -397,7 +396,7 @@ async fn chat_flow_threads_and_end_session() {
 
 #[tokio::test]
 async fn crisis_message_gets_a_crisis_reply() {
-    let f = fixture();
+    let f = fixture().await;
     let v = chat(
         &f,
         &f.alice,
@@ -411,7 +410,7 @@ async fn crisis_message_gets_a_crisis_reply() {
 
 #[tokio::test]
 async fn incognito_requests_use_the_incognito_runtime() {
-    let f = fixture();
+    let f = fixture().await;
     let body = r#"{"message":"hello there","thread_id":"g1","memory_mode":"incognito"}"#;
     let (status, _) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(body)).await;
     assert_eq!(status, StatusCode::OK);
@@ -452,7 +451,7 @@ async fn save_rule(f: &common::Fixture, owner: &str, text: &str) {
 
 #[tokio::test]
 async fn memory_routes_list_toggle_and_delete_by_index() {
-    let f = fixture();
+    let f = fixture().await;
     save_rule(&f, "alice", "keep replies short").await;
     let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
     assert_eq!(rules.as_array().unwrap().len(), 1);
@@ -521,7 +520,7 @@ async fn memory_routes_list_toggle_and_delete_by_index() {
 /// "memory record already exists" and the API returns 503.
 #[tokio::test]
 async fn deleting_a_rule_by_index_removes_it() {
-    let f = fixture();
+    let f = fixture().await;
     save_rule(&f, "alice", "keep replies short").await;
     let (status, v) = call(
         &f.app,
@@ -566,7 +565,7 @@ async fn local_mode_needs_no_token_and_health_is_public() {
 
 #[tokio::test]
 async fn metrics_count_turns_by_route_and_level() {
-    let f = fixture();
+    let f = fixture().await;
     chat(&f, &f.alice, "m1", "hello").await;
     let (status, v) = call(&f.app, GET, "/metrics", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK);

@@ -54,7 +54,7 @@ fn assert_order(names: &[String]) {
 
 #[tokio::test]
 async fn sse_stream_sends_named_events_with_done_last() {
-    let f = common::fixture();
+    let f = common::fixture().await;
     let addr = spawn_server(f.app.clone()).await;
     let client = reqwest::Client::new();
     let resp = client
@@ -130,7 +130,7 @@ async fn ws_collect(
 
 #[tokio::test]
 async fn websocket_sends_json_events_with_done_last_then_closes() {
-    let f = common::fixture();
+    let f = common::fixture().await;
     let addr = spawn_server(f.app.clone()).await;
     let mut ws = ws_connect(addr, &f.alice).await;
     ws.send(Message::Text(

@@ -19,7 +19,6 @@ pub struct Fixture {
     pub state: AppState,
     pub alice: String,
     pub bob: String,
-    _dir: tempfile::TempDir,
 }
 
 pub fn limits() -> Limits {
@@ -40,25 +39,23 @@ pub fn runtimes() -> (Runtime, Runtime) {
     )
 }
 
-pub fn fixture_with(limits: Limits) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let users = UserDirectory::in_data_dir(dir.path());
-    let now = chrono::Utc::now();
-    let alice = users.add("alice", now).unwrap();
-    let bob = users.add("bob", now).unwrap();
+pub async fn fixture_with(limits: Limits) -> Fixture {
     let (p, i) = runtimes();
+    let users = UserDirectory::new(p.stores().users.clone());
+    let now = chrono::Utc::now();
+    let alice = users.add("alice", now).await.unwrap();
+    let bob = users.add("bob", now).await.unwrap();
     let state = AppState::new(p, i, AuthMode::Tokens(users), limits);
     Fixture {
         app: router(state.clone()),
         state,
         alice,
         bob,
-        _dir: dir,
     }
 }
 
-pub fn fixture() -> Fixture {
-    fixture_with(limits())
+pub async fn fixture() -> Fixture {
+    fixture_with(limits()).await
 }
 
 pub fn local_fixture() -> (Router, AppState) {

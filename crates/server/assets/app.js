@@ -170,7 +170,10 @@
   }
 
   function finish(box, output) {
-    if (output.response_type === "crisis") renderCrisis(box, output);
+    if (output.response_type === "crisis") {
+      renderCrisis(box, output);
+      box.scrollIntoView({ block: "start" });
+    }
     else setText(box, output.response_text);
     box.dataset.route = output.route || "";
     box.dataset.level = output.crisis ? String(output.crisis.level) : "";
@@ -262,7 +265,12 @@
     if (S.incognito) return;
     try {
       const rows = await api("GET", "/api/threads/" + encodeURIComponent(thread()) + "/history?limit=100");
-      for (const row of rows) if (row.role === "user" || row.role === "assistant") addMessage(row.role, row.content);
+      for (const row of rows) {
+        if (row.role !== "user" && row.role !== "assistant") continue;
+        const box = addMessage(row.role, row.content);
+        // A crisis reply keeps its calm panel (its text names the resources).
+        if (row.role === "assistant" && row.response_style === "crisis_response") renderCrisis(box, { response_text: row.content, resources: [] });
+      }
     } catch (e) {
       if (e.status !== 404) addMessage("assistant error", "Could not load this conversation: " + e.message);
     }
@@ -340,7 +348,7 @@
     $("memory-off").hidden = !S.incognito;
     try {
       const st = await api("GET", "/api/memory/status");
-      $("recall").checked = !!st.proactive_recall_enabled;
+      setRecall(!!st.proactive_recall_enabled);
       const lists = await Promise.all(KINDS.map(([kind]) => api("GET", "/api/memory/" + kind)));
       box.textContent = "";
       KINDS.forEach(([kind, title, noun], k) => {
@@ -360,6 +368,13 @@
     }
   }
 
+  function setRecall(on) {
+    $("recall").checked = on;
+    $("recall-help").textContent = on
+      ? "On: I may bring up what we talked about in past sessions."
+      : "Off: memory shapes my tone, but I only mention past sessions when you ask.";
+  }
+
   // ---------- mood and progress ----------
   function shortDate(iso) {
     const d = new Date(iso);
@@ -377,7 +392,7 @@
     const shown = sessions.slice(-12);
     const min = scale && typeof scale.min === "number" ? scale.min : -2;
     const max = scale && typeof scale.max === "number" ? scale.max : 2;
-    const W = 340, H = 180, L = 70, R = 12, T = 12, B = 26;
+    const W = 340, H = 180, L = 70, R = 26, T = 12, B = 26;
     const pw = W - L - R, ph = H - T - B, n = shown.length;
     const x = (i) => L + (n === 1 ? pw / 2 : (i * pw) / (n - 1));
     const y = (v) => T + ((max - v) / (max - min)) * ph;
@@ -468,7 +483,7 @@
       const want = e.target.checked;
       try {
         const r = await api("PATCH", "/api/memory/recall", { enabled: want });
-        e.target.checked = !!r.proactive_recall_enabled;
+        setRecall(!!r.proactive_recall_enabled);
         say(r.proactive_recall_enabled ? "Proactive recall is on." : "Proactive recall is off.");
       } catch (err) {
         e.target.checked = !want;

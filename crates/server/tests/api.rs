@@ -6,7 +6,6 @@ mod common;
 use axum::http::{Method, StatusCode};
 use common::{call, fixture, fixture_with, limits, local_fixture, stored_threads};
 use opencouch_core::MemoryMode;
-use opencouch_memory::control::{ControlContext, MemoryAction};
 use serde_json::{Value, json};
 
 const GET: Method = Method::GET;
@@ -432,21 +431,7 @@ async fn incognito_requests_use_the_incognito_runtime() {
 }
 
 async fn save_rule(f: &common::Fixture, owner: &str, text: &str) {
-    let svc = opencouch_runtime::memory::control_service(f.state.runtime(MemoryMode::Persistent));
-    let ctx = ControlContext {
-        owner_id: Some(owner),
-        memory_mode: MemoryMode::Persistent,
-        now: chrono::Utc::now(),
-    };
-    svc.handle(
-        &ctx,
-        MemoryAction::SavePreference {
-            preference_text: text.into(),
-        },
-        None,
-    )
-    .await
-    .unwrap();
+    common::save_rule(&f.state, owner, text).await;
 }
 
 #[tokio::test]
@@ -599,4 +584,39 @@ fn openapi_lists_every_route() {
         opencouch_server::api::ROUTES.len(),
         "no undocumented extras"
     );
+}
+
+#[tokio::test]
+async fn progress_charts_mood_per_session_from_the_arcs() {
+    let f = fixture().await;
+    common::seed_arc(&f.state, "alice", 3, "anxious", "a little better").await;
+    common::seed_arc(&f.state, "alice", 10, "overwhelmed", "not stated").await;
+    common::seed_arc(&f.state, "bob", 1, "sad", "calmer").await;
+    let (status, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK, "{p}");
+    let sessions = p["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "only alice's arcs: {p}");
+    // Oldest first, with scores on the scale (null when not on it).
+    let got: Vec<(&str, &str, Value, Value)> = sessions
+        .iter()
+        .map(|s| {
+            (
+                s["mood_opened"].as_str().unwrap(),
+                s["mood_closed"].as_str().unwrap(),
+                s["score_opened"].clone(),
+                s["score_closed"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("overwhelmed", "not stated", json!(-2.0), Value::Null),
+            ("anxious", "a little better", json!(-1.0), json!(1.0)),
+        ]
+    );
+    assert_eq!(p["mood_scale"], json!({"min": -2.0, "max": 2.0}));
+    assert_eq!(p["exercises_completed"], json!([]));
+    let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.bob), None).await;
+    assert_eq!(p["sessions"].as_array().unwrap().len(), 1);
 }

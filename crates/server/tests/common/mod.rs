@@ -105,3 +105,59 @@ pub async fn stored_threads(state: &AppState) -> usize {
         .unwrap()
         .len()
 }
+
+/// Saves a style rule for `owner` through the memory-control service.
+pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
+    use opencouch_memory::control::{ControlContext, MemoryAction};
+    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
+    let ctx = ControlContext {
+        owner_id: Some(owner),
+        memory_mode: MemoryMode::Persistent,
+        now: chrono::Utc::now(),
+    };
+    svc.handle(
+        &ctx,
+        MemoryAction::SavePreference {
+            preference_text: text.into(),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+/// Stores a finished session's arc for `owner` (as session end would),
+/// `days_ago` days back, with the given moods.
+pub async fn seed_arc(state: &AppState, owner: &str, days_ago: i64, opened: &str, closed: &str) {
+    use opencouch_memory::MemoryBackend as _;
+    use opencouch_memory::types::NewSessionArc;
+    use opencouch_memory::{MemoryRecord, MoodArc, SessionArc};
+    let now = chrono::Utc::now();
+    let started = now - chrono::Duration::days(days_ago);
+    let arc = SessionArc::new(
+        NewSessionArc {
+            session_id: format!("seed-{owner}-{days_ago}"),
+            started_at: started,
+            ended_at: started + chrono::Duration::minutes(20),
+            turn_count: 6,
+            primary_themes: vec!["work".into(), "sleep".into()],
+            summary: format!("You talked about work and sleep ({days_ago} days ago)."),
+            mood_arc: MoodArc {
+                opened: opened.into(),
+                closed: closed.into(),
+            },
+            open_loops: Vec::new(),
+            resolved_threads: Vec::new(),
+            approach_used: None,
+            approach_context: None,
+            crisis_level_max: 0,
+        },
+        now,
+    )
+    .unwrap();
+    let backend = opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent));
+    backend
+        .put(MemoryRecord::from_arc(owner, &arc, None))
+        .await
+        .unwrap();
+}

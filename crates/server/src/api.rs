@@ -83,12 +83,21 @@ pub fn router(state: AppState) -> Router {
         .route("/api/openapi.json", get(openapi))
         .merge(protected)
         .fallback(not_found_route)
+        .layer(middleware::map_response(nosniff))
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
         .with_state(state)
+}
+
+/// Every response: the browser must not guess content types.
+async fn nosniff(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(axum::http::HeaderValue::from_static("nosniff"));
+    resp
 }
 
 fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -399,11 +408,19 @@ fn turn_events(
         let mut events = std::pin::pin!(rt.run_turn_stream(input));
         let mut terminal = false;
         while let Some(ev) = events.next().await {
-            match &ev {
-                StreamEvent::Done { output } => state.metrics().turn(output, started.elapsed()),
-                StreamEvent::Error { code, .. } => state.metrics().turn_error(code),
-                _ => {}
-            }
+            let ev = match ev {
+                StreamEvent::Done { output } => {
+                    state.metrics().turn(&output, started.elapsed());
+                    StreamEvent::Done { output }
+                }
+                StreamEvent::Error { code, message } => {
+                    state.metrics().turn_error(&code);
+                    tracing::error!(code = %code, error = %message, "streamed turn failed");
+                    let message = stream_error_message(&code, message);
+                    StreamEvent::Error { code, message }
+                }
+                other => other,
+            };
             terminal = ev.is_terminal();
             let _ = tx.send(public_event(&ev, &client_thread)).await;
             if terminal {
@@ -416,6 +433,16 @@ fn turn_events(
         }
     });
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+/// The client-facing message of a stream `error` event: the runtime's own
+/// wording for input errors, a generic one otherwise (details go to the log).
+fn stream_error_message(code: &str, message: String) -> String {
+    match code {
+        "invalid_input" | "message_too_long" => message,
+        "storage_unavailable" => "storage is unavailable".to_owned(),
+        _ => "the turn could not be completed".to_owned(),
+    }
 }
 
 async fn chat_stream(

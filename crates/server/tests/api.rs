@@ -563,7 +563,6 @@ async fn metrics_count_turns_by_route_and_level() {
     assert!(text.contains("opencouch_turn_duration_seconds_count 1"));
 }
 
-
 #[tokio::test]
 async fn progress_charts_mood_per_session_from_the_arcs() {
     let f = fixture().await;
@@ -597,4 +596,139 @@ async fn progress_charts_mood_per_session_from_the_arcs() {
     assert_eq!(p["exercises_completed"], json!([]));
     let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.bob), None).await;
     assert_eq!(p["sessions"].as_array().unwrap().len(), 1);
+}
+
+/// Raw response (status, headers, body bytes) through the router.
+async fn raw(
+    app: &axum::Router,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes().to_vec();
+    (parts.status, parts.headers, bytes)
+}
+
+#[tokio::test]
+async fn public_pages_need_no_token_are_cached_right_and_hold_no_user_data() {
+    let f = fixture().await;
+    chat(&f, &f.alice, "t1", "my secret worry is about my sister").await;
+    let v = opencouch_server::web::SWAGGER_UI_VERSION;
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("/".into(), "text/html", "no-cache"),
+        ("/assets/app.js".into(), "text/javascript", "no-cache"),
+        ("/assets/app.css".into(), "text/css", "no-cache"),
+        ("/api/docs".into(), "text/html", "no-cache"),
+        ("/api/docs/init.js".into(), "text/javascript", "no-cache"),
+        (
+            format!("/api/docs/assets/{v}/swagger-ui-bundle.js"),
+            "text/javascript",
+            "immutable",
+        ),
+        (
+            format!("/api/docs/assets/{v}/swagger-ui.css"),
+            "text/css",
+            "immutable",
+        ),
+        (
+            format!("/api/docs/assets/{v}/LICENSE"),
+            "text/plain",
+            "immutable",
+        ),
+        ("/api/openapi.json".into(), "application/json", "no-cache"),
+        ("/api/health".into(), "application/json", ""),
+    ];
+    // Every static page is in the table.
+    for (_, path) in opencouch_server::web::PAGES {
+        assert!(
+            cases.iter().any(|(uri, _, _)| {
+                let (t, u): (Vec<&str>, Vec<&str>) =
+                    (path.split('/').collect(), uri.split('/').collect());
+                t.len() == u.len() && t.iter().zip(&u).all(|(a, b)| a.starts_with('{') || a == b)
+            }),
+            "{path} is not checked"
+        );
+    }
+    for (uri, ctype, cache) in &cases {
+        let (status, headers, body) = raw(&f.app, uri, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{uri} without a token");
+        let ct = headers["content-type"].to_str().unwrap();
+        assert!(ct.starts_with(ctype), "{uri}: {ct}");
+        if !cache.is_empty() {
+            let cc = headers["cache-control"].to_str().unwrap();
+            assert!(cc.contains(cache), "{uri}: {cc}");
+        }
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{uri}");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("secret worry") && !text.contains(&f.alice),
+            "{uri} leaks nothing"
+        );
+        // Revalidation: the same ETag gives 304.
+        if let Some(tag) = headers.get("etag") {
+            let tag = tag.to_str().unwrap().to_owned();
+            let (status, _, body) = raw(&f.app, uri, &[("if-none-match", &tag)]).await;
+            assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0), "{uri}");
+        }
+    }
+    let (_, headers, _) = raw(&f.app, "/", &[]).await;
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(headers["x-frame-options"], "DENY");
+    for uri in [
+        "/api/docs/assets/0.0.1/swagger-ui-bundle.js".to_owned(),
+        format!("/api/docs/assets/{v}/../../../etc/passwd"),
+        format!("/api/docs/assets/{v}/index.html"),
+    ] {
+        assert_eq!(
+            raw(&f.app, &uri, &[]).await.0,
+            StatusCode::NOT_FOUND,
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_user_store_is_503_not_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = opencouch_store::SqliteStores::open(dir.path().join("u.sqlite3"))
+        .await
+        .unwrap();
+    let stores = sqlite.clone().into_stores();
+    let users = opencouch_server::UserDirectory::new(stores.users.clone());
+    let token = users.add("carol", chrono::Utc::now()).await.unwrap();
+    let opts = opencouch_runtime::RuntimeOptions::default();
+    let p = opencouch_runtime::Runtime::persistent(stores, None, opts.clone());
+    let i =
+        opencouch_runtime::Runtime::incognito(opencouch_store::EphemeralStores::new(), None, opts);
+    let app = opencouch_server::router(opencouch_server::AppState::new(
+        p,
+        i,
+        opencouch_server::AuthMode::Tokens(users),
+        limits(),
+    ));
+    assert_eq!(
+        call(&app, GET, "/api/threads", Some(&token), None).await.0,
+        StatusCode::OK
+    );
+    sqlite.close().await;
+    let (status, v) = call(&app, GET, "/api/threads", Some(&token), None).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("storage_unavailable"))
+    );
 }

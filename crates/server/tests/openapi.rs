@@ -74,7 +74,10 @@ fn every_ref_resolves() {
         match v {
             Value::Object(map) => {
                 if let Some(Value::String(r)) = map.get("$ref") {
-                    assert!(resolve(root, r).is_some(), "{at}: $ref {r} does not resolve");
+                    assert!(
+                        resolve(root, r).is_some(),
+                        "{at}: $ref {r} does not resolve"
+                    );
                     *n += 1;
                 }
                 for (k, child) in map {
@@ -169,29 +172,196 @@ async fn real_responses_match_the_documented_schemas() {
     let chat = |m: &str, t: &str| json!({"message": m, "thread_id": t}).to_string();
     let long = "a".repeat(4001);
     // (method, uri, route template, token, body, expected status)
-    let cases: Vec<(Method, String, &str, Option<&str>, Option<String>, StatusCode)> = vec![
-        (Method::GET, "/api/health".into(), "/api/health", None, None, StatusCode::OK),
-        (Method::POST, "/api/chat".into(), "/api/chat", a, Some(chat("I feel stressed about work", "t1")), StatusCode::OK),
-        (Method::POST, "/api/chat".into(), "/api/chat", a, Some(chat("I am in the UK and I want to kill myself tonight", "t2")), StatusCode::OK),
-        (Method::POST, "/api/chat".into(), "/api/chat", a, Some("{oops".into()), StatusCode::BAD_REQUEST),
-        (Method::POST, "/api/chat".into(), "/api/chat", None, Some(chat("hi", "t1")), StatusCode::UNAUTHORIZED),
-        (Method::POST, "/api/chat".into(), "/api/chat", a, Some(chat(&long, "t1")), StatusCode::UNPROCESSABLE_ENTITY),
-        (Method::POST, "/api/chat".into(), "/api/chat", a, Some(format!("{{\"message\":\"{}\",\"thread_id\":\"t\"}}", "a".repeat(70_000))), StatusCode::PAYLOAD_TOO_LARGE),
-        (Method::GET, "/api/threads".into(), "/api/threads", a, None, StatusCode::OK),
-        (Method::GET, "/api/threads?limit=x".into(), "/api/threads", a, None, StatusCode::BAD_REQUEST),
-        (Method::GET, "/api/threads/t1/state".into(), "/api/threads/{id}/state", a, None, StatusCode::OK),
-        (Method::GET, "/api/threads/t1/history".into(), "/api/threads/{id}/history", a, None, StatusCode::OK),
-        (Method::GET, "/api/threads/nope/history".into(), "/api/threads/{id}/history", a, None, StatusCode::NOT_FOUND),
-        (Method::GET, "/api/threads/t1/session-status".into(), "/api/threads/{id}/session-status", a, None, StatusCode::OK),
-        (Method::POST, "/api/threads/t1/end".into(), "/api/threads/{id}/end", a, Some(r#"{"feedback":"positive"}"#.into()), StatusCode::OK),
-        (Method::POST, "/api/threads/t1/end".into(), "/api/threads/{id}/end", a, Some(r#"{"feedback":"great"}"#.into()), StatusCode::UNPROCESSABLE_ENTITY),
-        (Method::GET, "/api/memory/status".into(), "/api/memory/status", a, None, StatusCode::OK),
-        (Method::PATCH, "/api/memory/recall".into(), "/api/memory/recall", a, Some(r#"{"enabled":true}"#.into()), StatusCode::OK),
-        (Method::GET, "/api/memory/progress".into(), "/api/memory/progress", a, None, StatusCode::OK),
-        (Method::GET, "/api/memory/rules".into(), "/api/memory/{kind}", a, None, StatusCode::OK),
-        (Method::GET, "/api/memory/sessions".into(), "/api/memory/{kind}", a, None, StatusCode::OK),
-        (Method::DELETE, "/api/memory/rules/1".into(), "/api/memory/{kind}/{n}", a, None, StatusCode::OK),
-        (Method::DELETE, "/api/memory/rules/1".into(), "/api/memory/{kind}/{n}", a, None, StatusCode::NOT_FOUND),
+    let cases: Vec<(
+        Method,
+        String,
+        &str,
+        Option<&str>,
+        Option<String>,
+        StatusCode,
+    )> = vec![
+        (
+            Method::GET,
+            "/api/health".into(),
+            "/api/health",
+            None,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            a,
+            Some(chat("I feel stressed about work", "t1")),
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            a,
+            Some(chat(
+                "I am in the UK and I want to kill myself tonight",
+                "t2",
+            )),
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            a,
+            Some("{oops".into()),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            None,
+            Some(chat("hi", "t1")),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            a,
+            Some(chat(&long, "t1")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/api/chat".into(),
+            "/api/chat",
+            a,
+            Some(format!(
+                "{{\"message\":\"{}\",\"thread_id\":\"t\"}}",
+                "a".repeat(70_000)
+            )),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            Method::GET,
+            "/api/threads".into(),
+            "/api/threads",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/threads?limit=x".into(),
+            "/api/threads",
+            a,
+            None,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::GET,
+            "/api/threads/t1/state".into(),
+            "/api/threads/{id}/state",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/threads/t1/history".into(),
+            "/api/threads/{id}/history",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/threads/nope/history".into(),
+            "/api/threads/{id}/history",
+            a,
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::GET,
+            "/api/threads/t1/session-status".into(),
+            "/api/threads/{id}/session-status",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/api/threads/t1/end".into(),
+            "/api/threads/{id}/end",
+            a,
+            Some(r#"{"feedback":"positive"}"#.into()),
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/api/threads/t1/end".into(),
+            "/api/threads/{id}/end",
+            a,
+            Some(r#"{"feedback":"great"}"#.into()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::GET,
+            "/api/memory/status".into(),
+            "/api/memory/status",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::PATCH,
+            "/api/memory/recall".into(),
+            "/api/memory/recall",
+            a,
+            Some(r#"{"enabled":true}"#.into()),
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/memory/progress".into(),
+            "/api/memory/progress",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/memory/rules".into(),
+            "/api/memory/{kind}",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/memory/sessions".into(),
+            "/api/memory/{kind}",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::DELETE,
+            "/api/memory/rules/1".into(),
+            "/api/memory/{kind}/{n}",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::DELETE,
+            "/api/memory/rules/1".into(),
+            "/api/memory/{kind}/{n}",
+            a,
+            None,
+            StatusCode::NOT_FOUND,
+        ),
     ];
     let mut crisis_seen = false;
     for (method, uri, template, token, body, status) in cases {
@@ -207,7 +377,14 @@ async fn real_responses_match_the_documented_schemas() {
     assert!(crisis_seen, "a crisis reply with resources was validated");
 
     // The end of a session without a summary: `summary: null` with a detail.
-    call(&f.app, Method::POST, "/api/chat", a, Some(&chat("hello", "t3"))).await;
+    call(
+        &f.app,
+        Method::POST,
+        "/api/chat",
+        a,
+        Some(&chat("hello", "t3")),
+    )
+    .await;
     let (got, v) = call(&f.app, Method::POST, "/api/threads/t3/end", a, None).await;
     assert_eq!(got, StatusCode::OK);
     assert_eq!(v["summary"], Value::Null);

@@ -147,7 +147,13 @@ struct Outcome {
 
 /// Runs `connections` threads for `warmup + measure`; only requests that
 /// start inside the measured window count.
-fn drive(addr: SocketAddr, token: &str, connections: usize, warmup: Duration, measure: Duration) -> Outcome {
+fn drive(
+    addr: SocketAddr,
+    token: &str,
+    connections: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> Outcome {
     let start = Instant::now();
     let measured_from = start + warmup;
     let end = measured_from + measure;
@@ -220,8 +226,8 @@ fn report(label: &str, o: &Outcome, secs: f64, connections: usize) {
 fn main() {
     let secs = env_num("OPENCOUCH_BENCH_SECS", 10).max(1);
     let connections = env_num("OPENCOUCH_BENCH_CONNECTIONS", 64).max(1) as usize;
-    let backends = std::env::var("OPENCOUCH_BENCH_BACKENDS")
-        .unwrap_or_else(|_| "sqlite,postgres".to_owned());
+    let backends =
+        std::env::var("OPENCOUCH_BENCH_BACKENDS").unwrap_or_else(|_| "sqlite,postgres".to_owned());
     let measure = Duration::from_secs(secs);
     let warmup = Duration::from_secs(2);
     // The server, the fake model and the database clients share one tokio
@@ -236,7 +242,9 @@ fn main() {
     let client = OpenAiCompatClient::new(LlmConfig::local(fake.base_url(), "fake-model"))
         .expect("model client");
     let model: Arc<dyn ChatModel> = Arc::new(client);
-    println!("POST /api/chat, hybrid mode, fake model answering instantly, {secs} s measured after 2 s warm-up");
+    println!(
+        "POST /api/chat, hybrid mode, fake model answering instantly, {secs} s measured after 2 s warm-up"
+    );
     for backend in backends.split(',').map(str::trim) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut pg_db = None;

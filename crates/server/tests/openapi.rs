@@ -11,6 +11,16 @@ use common::{call, fixture, seed_arc};
 use opencouch_server::api::{OPENAPI_JSON, ROUTES};
 use serde_json::{Value, json};
 
+/// (method, uri, route template, token, body, expected status)
+type Case<'a> = (
+    Method,
+    String,
+    &'a str,
+    Option<&'a str>,
+    Option<String>,
+    StatusCode,
+);
+
 fn doc() -> Value {
     serde_json::from_str(OPENAPI_JSON).unwrap()
 }
@@ -171,15 +181,7 @@ async fn real_responses_match_the_documented_schemas() {
     let a = Some(f.alice.as_str());
     let chat = |m: &str, t: &str| json!({"message": m, "thread_id": t}).to_string();
     let long = "a".repeat(4001);
-    // (method, uri, route template, token, body, expected status)
-    let cases: Vec<(
-        Method,
-        String,
-        &str,
-        Option<&str>,
-        Option<String>,
-        StatusCode,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             Method::GET,
             "/api/health".into(),

@@ -19,21 +19,33 @@ pub enum UsersCmd {
     },
 }
 
-/// Runs a users subcommand against `users.json` in the data directory.
+/// Runs a users subcommand against the configured store (the embedded
+/// SQLite file, or PostgreSQL with `DATABASE_URL`, so every instance on that
+/// database sees the same users). A legacy `users.json` in the data
+/// directory is imported first (once).
 ///
 /// # Errors
-/// Invalid or unknown names and file failures.
+/// Invalid or unknown names and store failures.
 pub async fn run(cmd: UsersCmd, settings: opencouch_config::Settings) -> anyhow::Result<()> {
-    let dir = UserDirectory::in_data_dir(&settings.resolved_data_dir());
+    let stores = opencouch_runtime::open_stores(&settings).await?;
+    let dir = UserDirectory::new(stores.users.clone());
+    let imported = dir.import_legacy(&settings.resolved_data_dir()).await?;
+    if let Some(path) = &imported.renamed_to {
+        eprintln!(
+            "Imported {} user(s) from the legacy users.json (now {}).",
+            imported.imported,
+            path.display()
+        );
+    }
     let now = chrono::Utc::now();
     match cmd {
         UsersCmd::Add { name } => {
-            let token = dir.add(&name, now)?;
+            let token = dir.add(&name, now).await?;
             println!("Added user {name}. Their token (shown once, keep it secret):");
             println!("{token}");
         }
         UsersCmd::List => {
-            let users = dir.list()?;
+            let users = dir.list().await?;
             if users.is_empty() {
                 println!("No users (the server runs in single-user local mode on loopback).");
             }
@@ -50,7 +62,7 @@ pub async fn run(cmd: UsersCmd, settings: opencouch_config::Settings) -> anyhow:
             }
         }
         UsersCmd::Revoke { name } => {
-            dir.revoke(&name, now)?;
+            dir.revoke(&name, now).await?;
             println!("Revoked {name}. Their token no longer works.");
         }
     }

@@ -232,3 +232,104 @@ fn crisis_log_audit_counts_without_text_and_purge_keeps_fresh_records() {
     assert!(!bad.status.success());
     assert!(stderr.contains("older-than"), "{stderr}");
 }
+
+/// The token printed by `users add` (the line after the notice).
+fn token_of(out: &str) -> String {
+    let token = out.lines().nth(1).expect("token line").trim().to_owned();
+    assert_eq!(token.len(), 64, "{out}");
+    token
+}
+
+#[test]
+fn users_add_list_revoke_store_only_a_hash() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let data = home.path().join("db");
+    let users = |args: &[&str]| {
+        let mut cmd = opencouch(home.path());
+        cmd.arg("--data-dir").arg(&data).arg("users").args(args);
+        cmd
+    };
+    let out = ok(&mut users(&["list"]));
+    assert!(out.contains("No users"), "{out}");
+    let token = token_of(&ok(&mut users(&["add", "alice"])));
+    let (out, _, stderr) = run(&mut users(&["add", "alice"]));
+    assert!(!out.status.success());
+    assert!(stderr.contains("already exists"), "{stderr}");
+    let (out, _, stderr) = run(&mut users(&["add", "Not Valid"]));
+    assert!(!out.status.success());
+    assert!(stderr.contains("user names"), "{stderr}");
+    let list = ok(&mut users(&["list"]));
+    assert!(list.contains("alice") && list.contains("active"), "{list}");
+    assert!(!list.contains(&token), "list never shows tokens");
+    // The database holds the hash, never the token.
+    let db = std::fs::read(data.join("opencouch.sqlite3")).expect("db");
+    let wal = std::fs::read(data.join("opencouch.sqlite3-wal")).unwrap_or_default();
+    for bytes in [&db, &wal] {
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+            "token stored in clear"
+        );
+    }
+    assert!(!data.join("users.json").exists(), "no users file any more");
+    ok(&mut users(&["revoke", "alice"]));
+    let list = ok(&mut users(&["list"]));
+    assert!(list.contains("revoked"), "{list}");
+    let (out, _, stderr) = run(&mut users(&["revoke", "alice"]));
+    assert!(!out.status.success());
+    assert!(stderr.contains("no active user"), "{stderr}");
+}
+
+#[test]
+fn users_import_a_legacy_users_file_once() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let data = home.path().join("db");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let hash = "ab".repeat(32);
+    std::fs::write(
+        data.join("users.json"),
+        format!(
+            r#"{{"users":[{{"name":"olduser","token_sha256":"{hash}","created_at":"2026-01-01T00:00:00Z"}}]}}"#
+        ),
+    )
+    .expect("write legacy file");
+    let mut cmd = opencouch(home.path());
+    cmd.arg("--data-dir").arg(&data).args(["users", "list"]);
+    let (out, stdout, stderr) = run(&mut cmd);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Imported 1 user"), "{stderr}");
+    assert!(stdout.contains("olduser"), "{stdout}");
+    assert!(data.join("users.json.imported").exists());
+    assert!(!data.join("users.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_on_postgres_are_shared_by_every_instance() {
+    let Some(pg) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    // Two "instances": different homes and data dirs, one database.
+    let (a, b) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let token = token_of(&ok(opencouch(a.path())
+        .args(["--database-url", pg.url()])
+        .args(["users", "add", "shared"])));
+    let list = ok(opencouch(b.path())
+        .args(["--database-url", pg.url()])
+        .args(["users", "list"]));
+    assert!(list.contains("shared") && list.contains("active"), "{list}");
+    let stores = opencouch_store::PgStores::connect(pg.url())
+        .await
+        .expect("connect")
+        .into_stores();
+    let users = opencouch_server::UserDirectory::new(stores.users.clone());
+    assert_eq!(
+        users.verify(&token).await.expect("verify").as_deref(),
+        Some("shared")
+    );
+    ok(opencouch(b.path())
+        .args(["--database-url", pg.url()])
+        .args(["users", "revoke", "shared"]));
+    assert_eq!(users.verify(&token).await.expect("verify"), None);
+}

@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use futures::{SinkExt, Stream, StreamExt};
@@ -27,8 +27,6 @@ use crate::AppState;
 use crate::auth::{AuthMode, LOCAL_OWNER};
 use crate::error::{ApiError, parse_json, parse_required};
 
-/// The web page (single file, no external resources).
-const INDEX_HTML: &str = include_str!("../assets/index.html");
 /// The OpenAPI document, maintained by hand and checked by a test.
 pub const OPENAPI_JSON: &str = include_str!("../assets/openapi.json");
 
@@ -72,17 +70,34 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_owner));
     let body_limit = state.limits().body_limit_bytes;
     Router::new()
-        .route("/", get(index))
+        .route("/", get(crate::web::index))
+        .route("/assets/app.js", get(crate::web::app_js))
+        .route("/assets/app.css", get(crate::web::app_css))
+        .route("/api/docs", get(crate::web::docs))
+        .route("/api/docs/init.js", get(crate::web::docs_init))
+        .route(
+            "/api/docs/assets/{version}/{file}",
+            get(crate::web::swagger_asset),
+        )
         .route("/api/health", get(health))
         .route("/api/openapi.json", get(openapi))
         .merge(protected)
         .fallback(not_found_route)
+        .layer(middleware::map_response(nosniff))
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
         .with_state(state)
+}
+
+/// Every response: the browser must not guess content types.
+async fn nosniff(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(axum::http::HeaderValue::from_static("nosniff"));
+    resp
 }
 
 fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -131,11 +146,19 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim)
                 .filter(|t| !t.is_empty());
-            match token.and_then(|t| users.verify(t)) {
-                Some(owner) => owner,
-                None => {
+            let verified = match token {
+                Some(t) => users.verify(t).await,
+                None => Ok(None),
+            };
+            match verified {
+                Ok(Some(owner)) => owner,
+                Ok(None) => {
                     state.metrics().rejected("unauthorized");
                     return ApiError::unauthorized().into_response();
+                }
+                Err(e) => {
+                    state.metrics().rejected("storage_unavailable");
+                    return ApiError::from(e).into_response();
                 }
             }
         }
@@ -255,6 +278,13 @@ impl AppState {
                 format!("message is longer than {max} characters"),
             ));
         }
+        if req.response_model_tier == Some(ModelTier::Control) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                "response_model_tier must be fast or quality",
+            ));
+        }
         let mut input = AgentInput::new(thread, req.message);
         input.user_id = Some(owner.0.clone());
         input.channel = Channel::Web;
@@ -291,12 +321,15 @@ fn public_event(ev: &StreamEvent, client_thread: &str) -> Value {
     }
 }
 
-async fn index() -> Html<&'static str> {
-    Html(INDEX_HTML)
-}
-
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON).into_response()
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        OPENAPI_JSON,
+    )
+        .into_response()
 }
 
 async fn health(State(state): State<AppState>) -> Response {
@@ -375,11 +408,19 @@ fn turn_events(
         let mut events = std::pin::pin!(rt.run_turn_stream(input));
         let mut terminal = false;
         while let Some(ev) = events.next().await {
-            match &ev {
-                StreamEvent::Done { output } => state.metrics().turn(output, started.elapsed()),
-                StreamEvent::Error { code, .. } => state.metrics().turn_error(code),
-                _ => {}
-            }
+            let ev = match ev {
+                StreamEvent::Done { output } => {
+                    state.metrics().turn(&output, started.elapsed());
+                    StreamEvent::Done { output }
+                }
+                StreamEvent::Error { code, message } => {
+                    state.metrics().turn_error(&code);
+                    tracing::error!(code = %code, error = %message, "streamed turn failed");
+                    let message = stream_error_message(&code, message);
+                    StreamEvent::Error { code, message }
+                }
+                other => other,
+            };
             terminal = ev.is_terminal();
             let _ = tx.send(public_event(&ev, &client_thread)).await;
             if terminal {
@@ -392,6 +433,16 @@ fn turn_events(
         }
     });
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+/// The client-facing message of a stream `error` event: the runtime's own
+/// wording for input errors, a generic one otherwise (details go to the log).
+fn stream_error_message(code: &str, message: String) -> String {
+    match code {
+        "invalid_input" | "message_too_long" => message,
+        "storage_unavailable" => "storage is unavailable".to_owned(),
+        _ => "the turn could not be completed".to_owned(),
+    }
 }
 
 async fn chat_stream(
@@ -476,6 +527,8 @@ pub struct ListQuery {
 
 /// How many storage rows the thread list scans to find an owner's threads.
 const THREAD_SCAN: usize = 10_000;
+/// How many of an owner's most recent threads the progress view reads.
+const PROGRESS_THREADS: usize = 100;
 
 async fn list_threads(
     State(state): State<AppState>,
@@ -571,10 +624,16 @@ async fn session_status(
         .sessions
         .status(&thread, chrono::Utc::now(), rt.options().session_timeout)
         .await?;
-    let has = !matches!(status, opencouch_store::SessionStatus::Absent);
-    Ok(Json(
-        json!({"has_active_session": has, "status": format!("{status:?}")}),
-    ))
+    use opencouch_store::SessionStatus as St;
+    let name = match status {
+        St::Absent => "absent",
+        St::Active => "active",
+        St::ExpiredUnfinalized => "expired_unfinalized",
+        St::Interrupted => "interrupted",
+        St::RotationRequired => "rotation_required",
+    };
+    let has = !matches!(status, St::Absent);
+    Ok(Json(json!({"has_active_session": has, "status": name})))
 }
 
 /// `POST /api/threads/{id}/end` body (optional).
@@ -783,27 +842,38 @@ async fn memory_progress(
         .map(|a| {
             json!({
                 "started_at": a.started_at,
+                "ended_at": a.ended_at,
+                "turn_count": a.turn_count,
                 "mood_opened": a.mood_arc.opened,
                 "mood_closed": a.mood_arc.closed,
-                "turn_count": a.turn_count,
+                "score_opened": crate::progress::mood_score(&a.mood_arc.opened),
+                "score_closed": crate::progress::mood_score(&a.mood_arc.closed),
             })
         })
         .collect();
     let prefix = storage_thread_id(&owner.0, "");
     let threads = rt.stores().threads.list_threads(THREAD_SCAN).await?;
-    let mut exercises: HashMap<String, u64> = HashMap::new();
+    let mut counts: HashMap<String, u64> = HashMap::new();
     for t in threads
         .iter()
         .filter(|t| t.thread_id.starts_with(&prefix))
-        .take(100)
+        .take(PROGRESS_THREADS)
     {
         if let Some(snap) = rt.stores().threads.load(&t.thread_id, 0).await? {
             for ex in &snap.state.session_progress.exercises_completed {
-                *exercises.entry(ex.clone()).or_default() += 1;
+                *counts.entry(ex.clone()).or_default() += 1;
             }
         }
     }
-    Ok(Json(
-        json!({"sessions": sessions, "exercises_completed": exercises}),
-    ))
+    let mut exercises: Vec<(String, u64)> = counts.into_iter().collect();
+    exercises.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let exercises: Vec<Value> = exercises
+        .into_iter()
+        .map(|(id, count)| json!({"id": id, "name": crate::progress::exercise_name(&id), "count": count}))
+        .collect();
+    Ok(Json(json!({
+        "sessions": sessions,
+        "exercises_completed": exercises,
+        "mood_scale": {"min": crate::progress::MOOD_MIN, "max": crate::progress::MOOD_MAX},
+    })))
 }

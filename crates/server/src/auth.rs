@@ -1,21 +1,30 @@
 //! Users, bearer tokens, owners and per-owner rate limits.
 //!
 //! Tokens are 32 random bytes (hex) from the OS CSPRNG, printed once; only
-//! their SHA-256 is stored, in `users.json` under the data directory. The
-//! owner of every request comes from the token, never from a request field.
+//! their SHA-256 is stored, in the `api_users` table of the configured
+//! store (SQLite or PostgreSQL, so several instances on one database share
+//! users). The owner of every request comes from the token, never from a
+//! request field. A legacy `users.json` in the data directory (written by
+//! earlier builds) is imported once and renamed to `users.json.imported`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use opencouch_store::{ApiUser, StoreError, UserStore};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 /// The owner id used in single-user local mode.
 pub const LOCAL_OWNER: &str = "local";
+
+/// File name of the legacy users file in the data directory.
+pub const LEGACY_USERS_FILE: &str = "users.json";
+/// What the legacy file is renamed to once imported.
+pub const LEGACY_USERS_IMPORTED: &str = "users.json.imported";
 
 /// Errors of the user directory.
 #[derive(Debug, thiserror::Error)]
@@ -32,34 +41,19 @@ pub enum UserError {
     /// The OS random source failed.
     #[error("could not read the system random source")]
     Random,
-    /// Reading or writing the users file failed.
-    #[error("users file: {0}")]
-    Io(#[from] std::io::Error),
-    /// The users file is not valid.
-    #[error("users file is not valid JSON: {0}")]
-    Format(#[from] serde_json::Error),
+    /// The store failed.
+    #[error("user store: {0}")]
+    Store(#[from] StoreError),
+    /// Reading or renaming the legacy users file failed.
+    #[error("legacy users file: {0}")]
+    LegacyIo(#[from] std::io::Error),
+    /// The legacy users file is not valid.
+    #[error("legacy users file is not valid JSON: {0}")]
+    LegacyFormat(#[from] serde_json::Error),
 }
 
-/// One stored user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UserRecord {
-    /// The user name, also the owner id.
-    pub name: String,
-    /// Hex SHA-256 of the token.
-    pub token_sha256: String,
-    /// When the user was added.
-    pub created_at: DateTime<Utc>,
-    /// When the token was revoked (revoked users cannot sign in).
-    #[serde(default)]
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UsersFile {
-    users: Vec<UserRecord>,
-}
+/// One user as stored (re-exported from the store).
+pub type UserRecord = ApiUser;
 
 /// Hex SHA-256 of a token.
 pub fn hash_token(token: &str) -> String {
@@ -85,151 +79,147 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-/// The users file: add, list, revoke (CLI) and verify (server).
-#[derive(Debug)]
-pub struct UserDirectory {
-    path: PathBuf,
-    cache: Mutex<Cache>,
+/// The legacy `users.json` layout.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LegacyFile {
+    users: Vec<ApiUser>,
 }
 
-#[derive(Debug, Default)]
-struct Cache {
-    modified: Option<SystemTime>,
-    by_hash: HashMap<String, String>,
+/// What [`UserDirectory::import_legacy`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LegacyImport {
+    /// Rows written to the store.
+    pub imported: usize,
+    /// Rows already there (same token hash) or not importable.
+    pub skipped: usize,
+    /// Where the file was moved, when there was one.
+    pub renamed_to: Option<PathBuf>,
+}
+
+/// Users and tokens over a [`UserStore`]: add, list, revoke (CLI) and
+/// verify (server). Every check reads the store, so a revocation takes
+/// effect at once on every instance sharing the database.
+#[derive(Clone)]
+pub struct UserDirectory {
+    store: Arc<dyn UserStore>,
+}
+
+impl std::fmt::Debug for UserDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserDirectory").finish_non_exhaustive()
+    }
 }
 
 impl UserDirectory {
-    /// The directory stored at `path` (the file may not exist yet).
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        UserDirectory {
-            path: path.into(),
-            cache: Mutex::new(Cache::default()),
-        }
-    }
-
-    /// The default location: `users.json` in the data directory.
-    pub fn in_data_dir(dir: &Path) -> Self {
-        Self::new(dir.join("users.json"))
-    }
-
-    /// The file path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn read(&self) -> Result<UsersFile, UserError> {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => Ok(serde_json::from_slice(&bytes)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(UsersFile::default()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    fn write(&self, file: &UsersFile) -> Result<(), UserError> {
-        if let Some(parent) = self.path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(file)?)?;
-        restrict_permissions(&tmp)?;
-        std::fs::rename(&tmp, &self.path)?;
-        Ok(())
+    /// The directory over a store (usually `stores.users`).
+    pub fn new(store: Arc<dyn UserStore>) -> Self {
+        UserDirectory { store }
     }
 
     /// Adds a user and returns the token (shown once, never stored).
     ///
     /// # Errors
-    /// Invalid or taken name, random source or file failure.
-    pub fn add(&self, name: &str, now: DateTime<Utc>) -> Result<String, UserError> {
+    /// Invalid or taken name, random source or store failure.
+    pub async fn add(&self, name: &str, now: DateTime<Utc>) -> Result<String, UserError> {
         if !valid_name(name) {
             return Err(UserError::InvalidName);
         }
-        let mut file = self.read()?;
-        if file
-            .users
-            .iter()
-            .any(|u| u.name == name && u.revoked_at.is_none())
-        {
-            return Err(UserError::Exists);
-        }
         let token = new_token()?;
-        file.users.push(UserRecord {
+        let user = ApiUser {
             name: name.to_owned(),
             token_sha256: hash_token(&token),
             created_at: now,
             revoked_at: None,
-        });
-        self.write(&file)?;
-        Ok(token)
+        };
+        match self.store.add_user(&user).await {
+            Ok(()) => Ok(token),
+            Err(StoreError::Conflict { .. }) => Err(UserError::Exists),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// All users, revoked ones included.
     ///
     /// # Errors
-    /// File failures.
-    pub fn list(&self) -> Result<Vec<UserRecord>, UserError> {
-        Ok(self.read()?.users)
+    /// Store failures.
+    pub async fn list(&self) -> Result<Vec<ApiUser>, UserError> {
+        Ok(self.store.list_users().await?)
     }
 
     /// Revokes the active user `name`.
     ///
     /// # Errors
-    /// [`UserError::Unknown`] or file failures.
-    pub fn revoke(&self, name: &str, now: DateTime<Utc>) -> Result<(), UserError> {
-        let mut file = self.read()?;
-        let user = file
-            .users
-            .iter_mut()
-            .find(|u| u.name == name && u.revoked_at.is_none())
-            .ok_or(UserError::Unknown)?;
-        user.revoked_at = Some(now);
-        self.write(&file)
+    /// [`UserError::Unknown`] or store failures.
+    pub async fn revoke(&self, name: &str, now: DateTime<Utc>) -> Result<(), UserError> {
+        if self.store.revoke_user(name, now).await? {
+            Ok(())
+        } else {
+            Err(UserError::Unknown)
+        }
     }
 
     /// Whether any active user exists.
     ///
     /// # Errors
-    /// File failures.
-    pub fn has_active_users(&self) -> Result<bool, UserError> {
-        Ok(self.read()?.users.iter().any(|u| u.revoked_at.is_none()))
+    /// Store failures.
+    pub async fn has_active_users(&self) -> Result<bool, UserError> {
+        Ok(self.store.has_active_users().await?)
     }
 
-    /// The owner for a presented token, re-reading the file when it
-    /// changed (so a revocation takes effect without a restart).
-    pub fn verify(&self, token: &str) -> Option<String> {
-        let modified = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
-        let mut cache = self.cache.lock().ok()?;
-        if cache.modified != modified || modified.is_none() {
-            let by_hash = match self.read() {
-                Ok(file) => file
-                    .users
-                    .into_iter()
-                    .filter(|u| u.revoked_at.is_none())
-                    .map(|u| (u.token_sha256, u.name))
-                    .collect(),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the users file; rejecting tokens");
-                    HashMap::new()
-                }
-            };
-            cache.by_hash = by_hash;
-            cache.modified = modified;
+    /// The owner for a presented token (`None` for an unknown or revoked
+    /// token).
+    ///
+    /// # Errors
+    /// Store failures (the request is answered 503, not 401).
+    pub async fn verify(&self, token: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .store
+            .active_user_by_token(&hash_token(token))
+            .await?
+            .map(|u| u.name))
+    }
+
+    /// Imports a legacy `users.json` from `data_dir` once: every row whose
+    /// token hash is not in the store yet is added (revoked rows stay
+    /// revoked), then the file is renamed to `users.json.imported` so it is
+    /// never read again. No file: nothing to do.
+    ///
+    /// # Errors
+    /// An unreadable or invalid file, or a store failure (the file then
+    /// stays in place, so the import is retried on the next start).
+    pub async fn import_legacy(&self, data_dir: &Path) -> Result<LegacyImport, UserError> {
+        let path = data_dir.join(LEGACY_USERS_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LegacyImport::default());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let file: LegacyFile = serde_json::from_slice(&bytes)?;
+        let mut out = LegacyImport::default();
+        for user in &file.users {
+            if !valid_name(&user.name) {
+                out.skipped += 1;
+                continue;
+            }
+            match self.store.add_user(user).await {
+                Ok(()) => out.imported += 1,
+                Err(StoreError::Conflict { .. } | StoreError::Invalid(_)) => out.skipped += 1,
+                Err(e) => return Err(e.into()),
+            }
         }
-        cache.by_hash.get(&hash_token(token)).cloned()
+        let target = data_dir.join(LEGACY_USERS_IMPORTED);
+        std::fs::rename(&path, &target)?;
+        out.renamed_to = Some(target);
+        tracing::info!(
+            imported = out.imported,
+            skipped = out.skipped,
+            "imported the legacy users file into the store"
+        );
+        Ok(out)
     }
-}
-
-#[cfg(unix)]
-fn restrict_permissions(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-}
-
-#[cfg(not(unix))]
-fn restrict_permissions(_path: &Path) -> std::io::Result<()> {
-    Ok(())
 }
 
 /// How requests are authenticated.
@@ -250,7 +240,7 @@ pub enum BindError {
          Add a user with `opencouch users add NAME`, or listen on 127.0.0.1"
     )]
     OpenWithoutUsers(SocketAddr),
-    /// The users file could not be read.
+    /// The users could not be read.
     #[error(transparent)]
     Users(#[from] UserError),
 }
@@ -258,10 +248,14 @@ pub enum BindError {
 /// Chooses the auth mode for a listen address: tokens when users exist,
 /// local mode on loopback without users, otherwise an error.
 ///
+/// The mode is chosen once, at start-up: a user added later is honoured
+/// (tokens are checked per request) only by a server that started with
+/// users; a local-mode server keeps serving only loopback until restarted.
+///
 /// # Errors
-/// [`BindError::OpenWithoutUsers`], or a users-file failure.
-pub fn auth_mode_for(addr: SocketAddr, users: UserDirectory) -> Result<AuthMode, BindError> {
-    if users.has_active_users()? {
+/// [`BindError::OpenWithoutUsers`], or a store failure.
+pub async fn auth_mode_for(addr: SocketAddr, users: UserDirectory) -> Result<AuthMode, BindError> {
+    if users.has_active_users().await? {
         return Ok(AuthMode::Tokens(users));
     }
     if addr.ip().is_loopback() {
@@ -314,6 +308,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn directory() -> UserDirectory {
+        UserDirectory::new(opencouch_store::Stores::in_memory().users)
+    }
+
     #[test]
     fn names_are_validated() {
         for (name, ok) in [
@@ -329,49 +327,110 @@ mod tests {
         }
     }
 
-    #[test]
-    fn add_verify_revoke_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let users = UserDirectory::in_data_dir(dir.path());
-        assert!(!users.has_active_users().unwrap());
-        let token = users.add("alice", Utc::now()).unwrap();
+    #[tokio::test]
+    async fn add_verify_revoke_round_trip() {
+        let stores = opencouch_store::Stores::in_memory();
+        let users = UserDirectory::new(stores.users.clone());
+        assert!(!users.has_active_users().await.unwrap());
+        let token = users.add("alice", Utc::now()).await.unwrap();
         assert_eq!(token.len(), 64);
         assert!(matches!(
-            users.add("alice", Utc::now()),
+            users.add("alice", Utc::now()).await,
             Err(UserError::Exists)
         ));
-        let raw = std::fs::read_to_string(users.path()).unwrap();
-        assert!(!raw.contains(&token), "the token itself is never stored");
-        assert_eq!(users.verify(&token).as_deref(), Some("alice"));
-        assert_eq!(users.verify("wrong"), None);
-        std::thread::sleep(Duration::from_millis(20));
-        users.revoke("alice", Utc::now()).unwrap();
-        // A fresh directory sees the revocation regardless of mtime granularity.
-        assert_eq!(UserDirectory::in_data_dir(dir.path()).verify(&token), None);
         assert!(matches!(
-            users.revoke("alice", Utc::now()),
+            users.add("Alice!", Utc::now()).await,
+            Err(UserError::InvalidName)
+        ));
+        let stored = stores.users.list_users().await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].token_sha256, hash_token(&token));
+        assert_ne!(
+            stored[0].token_sha256, token,
+            "the token itself is never stored"
+        );
+        assert_eq!(
+            users.verify(&token).await.unwrap().as_deref(),
+            Some("alice")
+        );
+        assert_eq!(users.verify("wrong").await.unwrap(), None);
+        users.revoke("alice", Utc::now()).await.unwrap();
+        assert_eq!(users.verify(&token).await.unwrap(), None);
+        assert!(matches!(
+            users.revoke("alice", Utc::now()).await,
             Err(UserError::Unknown)
         ));
+        // Re-adding a revoked name issues a new token for the same owner.
+        let again = users.add("alice", Utc::now()).await.unwrap();
+        assert_ne!(again, token);
+        assert_eq!(
+            users.verify(&again).await.unwrap().as_deref(),
+            Some("alice")
+        );
     }
 
-    #[test]
-    fn loopback_without_users_is_local_and_open_address_refuses() {
+    #[tokio::test]
+    async fn legacy_file_is_imported_once_and_renamed() {
         let dir = tempfile::tempdir().unwrap();
+        let users = directory();
+        assert_eq!(
+            users.import_legacy(dir.path()).await.unwrap(),
+            LegacyImport::default(),
+            "no file: nothing to do"
+        );
+        let (t1, t2) = ("token-one", "token-two");
+        let file = serde_json::json!({"users": [
+            {"name": "alice", "token_sha256": hash_token(t1), "created_at": "2026-01-01T00:00:00Z"},
+            {"name": "bob", "token_sha256": hash_token(t2), "created_at": "2026-01-01T00:00:00Z",
+             "revoked_at": "2026-01-02T00:00:00Z"},
+            {"name": "Bad Name", "token_sha256": hash_token("x"), "created_at": "2026-01-01T00:00:00Z"},
+        ]});
+        std::fs::write(dir.path().join(LEGACY_USERS_FILE), file.to_string()).unwrap();
+        let out = users.import_legacy(dir.path()).await.unwrap();
+        assert_eq!((out.imported, out.skipped), (2, 1));
+        assert!(!dir.path().join(LEGACY_USERS_FILE).exists());
+        assert!(dir.path().join(LEGACY_USERS_IMPORTED).exists());
+        assert_eq!(users.verify(t1).await.unwrap().as_deref(), Some("alice"));
+        assert_eq!(
+            users.verify(t2).await.unwrap(),
+            None,
+            "revoked stays revoked"
+        );
+        // A second start finds no file.
+        assert_eq!(
+            users.import_legacy(dir.path()).await.unwrap(),
+            LegacyImport::default()
+        );
+        // A broken file is an error and stays in place.
+        std::fs::write(dir.path().join(LEGACY_USERS_FILE), "{not json").unwrap();
+        assert!(matches!(
+            users.import_legacy(dir.path()).await,
+            Err(UserError::LegacyFormat(_))
+        ));
+        assert!(dir.path().join(LEGACY_USERS_FILE).exists());
+    }
+
+    #[tokio::test]
+    async fn loopback_without_users_is_local_and_open_address_refuses() {
         let lo: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:8080".parse().unwrap();
         let open: SocketAddr = "0.0.0.0:8080".parse().unwrap();
-        assert!(matches!(
-            auth_mode_for(lo, UserDirectory::in_data_dir(dir.path())),
-            Ok(AuthMode::Local)
-        ));
-        let err = auth_mode_for(open, UserDirectory::in_data_dir(dir.path())).unwrap_err();
+        let users = directory();
+        for addr in [lo, lo6] {
+            assert!(matches!(
+                auth_mode_for(addr, users.clone()).await,
+                Ok(AuthMode::Local)
+            ));
+        }
+        let err = auth_mode_for(open, users.clone()).await.unwrap_err();
         assert!(err.to_string().contains("refusing"));
-        UserDirectory::in_data_dir(dir.path())
-            .add("bob", Utc::now())
-            .unwrap();
-        assert!(matches!(
-            auth_mode_for(open, UserDirectory::in_data_dir(dir.path())),
-            Ok(AuthMode::Tokens(_))
-        ));
+        users.add("bob", Utc::now()).await.unwrap();
+        for addr in [lo, open] {
+            assert!(matches!(
+                auth_mode_for(addr, users.clone()).await,
+                Ok(AuthMode::Tokens(_))
+            ));
+        }
     }
 
     #[test]
@@ -383,5 +442,6 @@ mod tests {
         assert!(!rl.allow("a", t0));
         assert!(rl.allow("b", t0), "buckets are per owner");
         assert!(rl.allow("a", t0 + Duration::from_secs(30)));
+        assert!(RateLimiter::new(0).allow("a", t0), "0 disables limiting");
     }
 }

@@ -10,6 +10,8 @@ pub mod api;
 pub mod auth;
 pub mod error;
 pub mod metrics;
+pub mod progress;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +24,8 @@ use opencouch_runtime::Runtime;
 
 pub use api::router;
 pub use auth::{
-    AuthMode, BindError, LOCAL_OWNER, RateLimiter, UserDirectory, UserError, auth_mode_for,
+    AuthMode, BindError, LOCAL_OWNER, LegacyImport, RateLimiter, UserDirectory, UserError,
+    auth_mode_for,
 };
 pub use error::ApiError;
 
@@ -169,25 +172,46 @@ pub fn parse_listen(listen: &str) -> Result<SocketAddr, ServeError> {
 /// Bad address, auth refusal, runtime or socket failures.
 pub async fn serve(settings: &Settings, listen: &str) -> Result<(), ServeError> {
     let addr = parse_listen(listen)?;
-    let users = UserDirectory::in_data_dir(&settings.resolved_data_dir());
-    let auth = auth_mode_for(addr, users)?;
     let persistent = Runtime::from_settings(settings, MemoryMode::Persistent).await?;
+    let users = UserDirectory::new(persistent.stores().users.clone());
+    users
+        .import_legacy(&settings.resolved_data_dir())
+        .await
+        .map_err(BindError::from)?;
+    let auth = auth_mode_for(addr, users).await?;
     let incognito = Runtime::from_settings(settings, MemoryMode::Incognito).await?;
     let sweeper =
         persistent.spawn_sweeper(Duration::from_secs(settings.sweep_interval_seconds.max(1)));
     let local = matches!(auth, AuthMode::Local);
     let state = AppState::new(persistent, incognito, auth, Limits::from_settings(settings));
-    let app = router(state.clone());
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, local_mode = local, "opencouch API listening");
+    let result = serve_on(listener, state, shutdown_signal()).await;
+    sweeper.abort();
+    result
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves; then stops
+/// accepting, lets open requests finish (a `POST /api/chat` in flight gets
+/// its reply) and waits, up to the request timeout, for turns still running
+/// in the background (streams whose client went away). A turn is never
+/// finalized half-way: it commits in one transaction or not at all.
+///
+/// # Errors
+/// Socket failures.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let app = router(state.clone());
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown)
         .await?;
     let deadline = tokio::time::Instant::now() + state.limits().request_timeout;
     while state.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    sweeper.abort();
     tracing::info!(unfinished = state.in_flight(), "opencouch API stopped");
     Ok(())
 }

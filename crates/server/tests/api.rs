@@ -6,7 +6,6 @@ mod common;
 use axum::http::{Method, StatusCode};
 use common::{call, fixture, fixture_with, limits, local_fixture, stored_threads};
 use opencouch_core::MemoryMode;
-use opencouch_memory::control::{ControlContext, MemoryAction};
 use serde_json::{Value, json};
 
 const GET: Method = Method::GET;
@@ -75,7 +74,7 @@ fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, Status
 
 #[tokio::test]
 async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
-    let f = fixture();
+    let f = fixture().await;
     chat(&f, &f.alice, "t1", "I had a long day at work").await;
     save_rule(&f, "alice", "keep replies short").await;
     // Every protected route is in this suite (the WebSocket is covered in streaming.rs).
@@ -127,42 +126,41 @@ async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
 }
 
 #[tokio::test]
-async fn revoked_token_is_rejected() {
-    let f = fixture();
-    let dir = tempfile::tempdir().unwrap();
-    let users = opencouch_server::UserDirectory::in_data_dir(dir.path());
-    let carol = users.add("carol", chrono::Utc::now()).unwrap();
-    let (p, i) = common::runtimes();
-    let state =
-        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Tokens(users), limits());
-    let app = opencouch_server::router(state);
-    assert_eq!(
-        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
-        StatusCode::OK
+async fn revoked_token_is_rejected_at_once() {
+    let f = fixture().await;
+    let users = opencouch_server::UserDirectory::new(
+        f.state
+            .runtime(MemoryMode::Persistent)
+            .stores()
+            .users
+            .clone(),
     );
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    opencouch_server::UserDirectory::in_data_dir(dir.path())
-        .revoke("carol", chrono::Utc::now())
-        .unwrap();
-    // Force a different mtime on coarse file systems.
-    let path = dir.path().join("users.json");
-    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(later)
-        .unwrap();
+    let carol = users.add("carol", chrono::Utc::now()).await.unwrap();
     assert_eq!(
-        call(&app, GET, "/api/threads", Some(&carol), None).await.0,
-        StatusCode::UNAUTHORIZED
+        call(&f.app, GET, "/api/threads", Some(&carol), None)
+            .await
+            .0,
+        StatusCode::OK,
+        "a user added while the server runs can sign in"
     );
-    drop(f);
+    users.revoke("carol", chrono::Utc::now()).await.unwrap();
+    let (status, v) = call(&f.app, GET, "/api/threads", Some(&carol), None).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    assert_eq!(
+        call(&f.app, GET, "/api/threads", Some(&f.alice), None)
+            .await
+            .0,
+        StatusCode::OK,
+        "other users are unaffected"
+    );
 }
 
 #[tokio::test]
 async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
-    let f = fixture();
+    let f = fixture().await;
     let long = "a".repeat(4001);
     let huge = format!(
         r#"{{"message":"{}","thread_id":"t"}}"#,
@@ -334,7 +332,7 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
 async fn rate_limit_is_per_owner() {
     let mut l = limits();
     l.rate_limit_per_minute = 3;
-    let f = fixture_with(l);
+    let f = fixture_with(l).await;
     for _ in 0..3 {
         assert_eq!(
             call(&f.app, GET, "/api/threads", Some(&f.alice), None)
@@ -358,7 +356,7 @@ async fn rate_limit_is_per_owner() {
 
 #[tokio::test]
 async fn chat_flow_threads_and_end_session() {
-    let f = fixture();
+    let f = fixture().await;
     let v = chat(&f, &f.alice, "t1", "I feel a bit anxious about tomorrow").await;
     assert_eq!(v["thread_id"], "t1", "the client sees its own thread id");
     assert_eq!(v["response_type"], "therapeutic");
@@ -397,7 +395,7 @@ async fn chat_flow_threads_and_end_session() {
 
 #[tokio::test]
 async fn crisis_message_gets_a_crisis_reply() {
-    let f = fixture();
+    let f = fixture().await;
     let v = chat(
         &f,
         &f.alice,
@@ -411,7 +409,7 @@ async fn crisis_message_gets_a_crisis_reply() {
 
 #[tokio::test]
 async fn incognito_requests_use_the_incognito_runtime() {
-    let f = fixture();
+    let f = fixture().await;
     let body = r#"{"message":"hello there","thread_id":"g1","memory_mode":"incognito"}"#;
     let (status, _) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(body)).await;
     assert_eq!(status, StatusCode::OK);
@@ -433,26 +431,12 @@ async fn incognito_requests_use_the_incognito_runtime() {
 }
 
 async fn save_rule(f: &common::Fixture, owner: &str, text: &str) {
-    let svc = opencouch_runtime::memory::control_service(f.state.runtime(MemoryMode::Persistent));
-    let ctx = ControlContext {
-        owner_id: Some(owner),
-        memory_mode: MemoryMode::Persistent,
-        now: chrono::Utc::now(),
-    };
-    svc.handle(
-        &ctx,
-        MemoryAction::SavePreference {
-            preference_text: text.into(),
-        },
-        None,
-    )
-    .await
-    .unwrap();
+    common::save_rule(&f.state, owner, text).await;
 }
 
 #[tokio::test]
 async fn memory_routes_list_toggle_and_delete_by_index() {
-    let f = fixture();
+    let f = fixture().await;
     save_rule(&f, "alice", "keep replies short").await;
     let (_, rules) = call(&f.app, GET, "/api/memory/rules", Some(&f.alice), None).await;
     assert_eq!(rules.as_array().unwrap().len(), 1);
@@ -521,7 +505,7 @@ async fn memory_routes_list_toggle_and_delete_by_index() {
 /// "memory record already exists" and the API returns 503.
 #[tokio::test]
 async fn deleting_a_rule_by_index_removes_it() {
-    let f = fixture();
+    let f = fixture().await;
     save_rule(&f, "alice", "keep replies short").await;
     let (status, v) = call(
         &f.app,
@@ -566,7 +550,7 @@ async fn local_mode_needs_no_token_and_health_is_public() {
 
 #[tokio::test]
 async fn metrics_count_turns_by_route_and_level() {
-    let f = fixture();
+    let f = fixture().await;
     chat(&f, &f.alice, "m1", "hello").await;
     let (status, v) = call(&f.app, GET, "/metrics", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK);
@@ -579,25 +563,172 @@ async fn metrics_count_turns_by_route_and_level() {
     assert!(text.contains("opencouch_turn_duration_seconds_count 1"));
 }
 
-#[test]
-fn openapi_lists_every_route() {
-    let doc: Value = serde_json::from_str(opencouch_server::api::OPENAPI_JSON).unwrap();
+#[tokio::test]
+async fn progress_charts_mood_per_session_from_the_arcs() {
+    let f = fixture().await;
+    common::seed_arc(&f.state, "alice", 3, "anxious", "a little better").await;
+    common::seed_arc(&f.state, "alice", 10, "overwhelmed", "not stated").await;
+    common::seed_arc(&f.state, "bob", 1, "sad", "calmer").await;
+    let (status, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::OK, "{p}");
+    let sessions = p["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "only alice's arcs: {p}");
+    // Oldest first, with scores on the scale (null when not on it).
+    let got: Vec<(&str, &str, Value, Value)> = sessions
+        .iter()
+        .map(|s| {
+            (
+                s["mood_opened"].as_str().unwrap(),
+                s["mood_closed"].as_str().unwrap(),
+                s["score_opened"].clone(),
+                s["score_closed"].clone(),
+            )
+        })
+        .collect();
     assert_eq!(
-        doc["openapi"].as_str().map(|s| s.starts_with("3.")),
-        Some(true)
+        got,
+        vec![
+            ("overwhelmed", "not stated", json!(-2.0), Value::Null),
+            ("anxious", "a little better", json!(-1.0), json!(1.0)),
+        ]
     );
-    let paths = doc["paths"].as_object().unwrap();
-    for (method, path) in opencouch_server::api::ROUTES {
-        let entry = paths.get(*path).unwrap_or_else(|| panic!("{path} missing"));
+    assert_eq!(p["mood_scale"], json!({"min": -2.0, "max": 2.0}));
+    assert_eq!(p["exercises_completed"], json!([]));
+    let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.bob), None).await;
+    assert_eq!(p["sessions"].as_array().unwrap().len(), 1);
+}
+
+/// Raw response (status, headers, body bytes) through the router.
+async fn raw(
+    app: &axum::Router,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes().to_vec();
+    (parts.status, parts.headers, bytes)
+}
+
+#[tokio::test]
+async fn public_pages_need_no_token_are_cached_right_and_hold_no_user_data() {
+    let f = fixture().await;
+    chat(&f, &f.alice, "t1", "my secret worry is about my sister").await;
+    let v = opencouch_server::web::SWAGGER_UI_VERSION;
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("/".into(), "text/html", "no-cache"),
+        ("/assets/app.js".into(), "text/javascript", "no-cache"),
+        ("/assets/app.css".into(), "text/css", "no-cache"),
+        ("/api/docs".into(), "text/html", "no-cache"),
+        ("/api/docs/init.js".into(), "text/javascript", "no-cache"),
+        (
+            format!("/api/docs/assets/{v}/swagger-ui-bundle.js"),
+            "text/javascript",
+            "immutable",
+        ),
+        (
+            format!("/api/docs/assets/{v}/swagger-ui.css"),
+            "text/css",
+            "immutable",
+        ),
+        (
+            format!("/api/docs/assets/{v}/LICENSE"),
+            "text/plain",
+            "immutable",
+        ),
+        ("/api/openapi.json".into(), "application/json", "no-cache"),
+        ("/api/health".into(), "application/json", ""),
+    ];
+    // Every static page is in the table.
+    for (_, path) in opencouch_server::web::PAGES {
         assert!(
-            entry.get(method.to_lowercase()).is_some(),
-            "{method} {path} missing"
+            cases.iter().any(|(uri, _, _)| {
+                let (t, u): (Vec<&str>, Vec<&str>) =
+                    (path.split('/').collect(), uri.split('/').collect());
+                t.len() == u.len() && t.iter().zip(&u).all(|(a, b)| a.starts_with('{') || a == b)
+            }),
+            "{path} is not checked"
         );
     }
-    let listed: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    for (uri, ctype, cache) in &cases {
+        let (status, headers, body) = raw(&f.app, uri, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{uri} without a token");
+        let ct = headers["content-type"].to_str().unwrap();
+        assert!(ct.starts_with(ctype), "{uri}: {ct}");
+        if !cache.is_empty() {
+            let cc = headers["cache-control"].to_str().unwrap();
+            assert!(cc.contains(cache), "{uri}: {cc}");
+        }
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{uri}");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("secret worry") && !text.contains(&f.alice),
+            "{uri} leaks nothing"
+        );
+        // Revalidation: the same ETag gives 304.
+        if let Some(tag) = headers.get("etag") {
+            let tag = tag.to_str().unwrap().to_owned();
+            let (status, _, body) = raw(&f.app, uri, &[("if-none-match", &tag)]).await;
+            assert_eq!((status, body.len()), (StatusCode::NOT_MODIFIED, 0), "{uri}");
+        }
+    }
+    let (_, headers, _) = raw(&f.app, "/", &[]).await;
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(headers["x-frame-options"], "DENY");
+    for uri in [
+        "/api/docs/assets/0.0.1/swagger-ui-bundle.js".to_owned(),
+        format!("/api/docs/assets/{v}/../../../etc/passwd"),
+        format!("/api/docs/assets/{v}/index.html"),
+    ] {
+        assert_eq!(
+            raw(&f.app, &uri, &[]).await.0,
+            StatusCode::NOT_FOUND,
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_user_store_is_503_not_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = opencouch_store::SqliteStores::open(dir.path().join("u.sqlite3"))
+        .await
+        .unwrap();
+    let stores = sqlite.clone().into_stores();
+    let users = opencouch_server::UserDirectory::new(stores.users.clone());
+    let token = users.add("carol", chrono::Utc::now()).await.unwrap();
+    let opts = opencouch_runtime::RuntimeOptions::default();
+    let p = opencouch_runtime::Runtime::persistent(stores, None, opts.clone());
+    let i =
+        opencouch_runtime::Runtime::incognito(opencouch_store::EphemeralStores::new(), None, opts);
+    let app = opencouch_server::router(opencouch_server::AppState::new(
+        p,
+        i,
+        opencouch_server::AuthMode::Tokens(users),
+        limits(),
+    ));
     assert_eq!(
-        listed,
-        opencouch_server::api::ROUTES.len(),
-        "no undocumented extras"
+        call(&app, GET, "/api/threads", Some(&token), None).await.0,
+        StatusCode::OK
+    );
+    sqlite.close().await;
+    let (status, v) = call(&app, GET, "/api/threads", Some(&token), None).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("storage_unavailable"))
     );
 }

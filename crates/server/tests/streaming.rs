@@ -54,7 +54,7 @@ fn assert_order(names: &[String]) {
 
 #[tokio::test]
 async fn sse_stream_sends_named_events_with_done_last() {
-    let f = common::fixture();
+    let f = common::fixture().await;
     let addr = spawn_server(f.app.clone()).await;
     let client = reqwest::Client::new();
     let resp = client
@@ -130,7 +130,7 @@ async fn ws_collect(
 
 #[tokio::test]
 async fn websocket_sends_json_events_with_done_last_then_closes() {
-    let f = common::fixture();
+    let f = common::fixture().await;
     let addr = spawn_server(f.app.clone()).await;
     let mut ws = ws_connect(addr, &f.alice).await;
     ws.send(Message::Text(
@@ -180,4 +180,232 @@ async fn serve_refuses_an_open_address_without_users() {
         .await
         .unwrap_err();
     assert!(matches!(err, opencouch_server::ServeError::Listen(_)));
+}
+
+/// A local-mode app over a SQLite store that has been closed: every turn
+/// fails in the store after validation passed.
+async fn broken_store_app() -> (axum::Router, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = opencouch_store::SqliteStores::open(dir.path().join("x.sqlite3"))
+        .await
+        .unwrap();
+    sqlite.close().await;
+    let opts = opencouch_runtime::RuntimeOptions::default();
+    let p = opencouch_runtime::Runtime::persistent(sqlite.into_stores(), None, opts.clone());
+    let i =
+        opencouch_runtime::Runtime::incognito(opencouch_store::EphemeralStores::new(), None, opts);
+    let state =
+        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Local, common::limits());
+    (opencouch_server::router(state), dir)
+}
+
+fn assert_error_last(events: &[Value]) {
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{events:?}");
+    assert_eq!(last["code"], "storage_unavailable");
+    assert_eq!(
+        last["message"], "storage is unavailable",
+        "no internals in the message"
+    );
+    let obj = last.as_object().unwrap();
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "message", "type"], "the error event shape");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "error" || e["type"] == "done")
+            .count(),
+        1,
+        "exactly one terminal event: {events:?}"
+    );
+    assert!(
+        events.iter().all(|e| e["type"] != "response_ready"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_turn_ends_the_stream_with_one_error_event() {
+    let (app, _dir) = broken_store_app().await;
+    let addr = spawn_server(app).await;
+    // SSE: 200 (validation passed), then an `error` event last.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/api/chat/stream"))
+        .body(r#"{"message":"hello","thread_id":"e1"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = parse_sse(&resp.text().await.unwrap());
+    for (name, data) in &events {
+        assert_eq!(data["type"].as_str(), Some(name.as_str()));
+    }
+    let data: Vec<Value> = events.into_iter().map(|(_, d)| d).collect();
+    assert_error_last(&data);
+
+    // WebSocket: the same events, then close.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/chat/ws"))
+        .await
+        .unwrap();
+    ws.send(Message::Text(
+        r#"{"message":"hello","thread_id":"e2"}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let events = ws_collect(&mut ws).await;
+    assert_error_last(&events);
+}
+
+#[tokio::test]
+async fn one_thread_id_for_two_owners_never_mixes_over_any_transport() {
+    let f = common::fixture().await;
+    let addr = spawn_server(f.app.clone()).await;
+    let client = reqwest::Client::new();
+    let body = r#"{"message":"alice's words","thread_id":"same"}"#;
+    let r = client
+        .post(format!("http://{addr}/api/chat"))
+        .bearer_auth(&f.alice)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Bob uses the same thread id over SSE and WebSocket.
+    let r = client
+        .post(format!("http://{addr}/api/chat/stream"))
+        .bearer_auth(&f.bob)
+        .body(r#"{"message":"bob over sse","thread_id":"same"}"#)
+        .send()
+        .await
+        .unwrap();
+    let _ = r.text().await.unwrap();
+    let mut ws = ws_connect(addr, &f.bob).await;
+    ws.send(Message::Text(
+        r#"{"message":"bob over websocket","thread_id":"same"}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let events = ws_collect(&mut ws).await;
+    assert_eq!(events.last().unwrap()["type"], "done");
+    let history = |token: &str| {
+        let client = client.clone();
+        let token = token.to_owned();
+        async move {
+            client
+                .get(format!("http://{addr}/api/threads/same/history"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let alice: Vec<Value> = history(&f.alice).await.as_array().unwrap().clone();
+    let bob: Vec<Value> = history(&f.bob).await.as_array().unwrap().clone();
+    let users = |h: &[Value]| -> Vec<String> {
+        h.iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(users(&alice), ["alice's words"]);
+    assert_eq!(users(&bob), ["bob over sse", "bob over websocket"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_finishes_the_turn_in_flight() {
+    use opencouch_testkit::{Endpoint, FakeOpenAi, Match, Reply};
+    // Hybrid mode against the fake model: structured calls (gate, triage)
+    // answer at once; the reply itself is slow, so the turn is in flight.
+    let fake = FakeOpenAi::start().await;
+    fake.always_when(
+        Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
+        Reply::json(serde_json::json!({"level": 0, "confidence": "high", "reason": "test"})),
+    );
+    fake.always_when(
+        Match::has_response_format(),
+        Reply::json(serde_json::json!({
+            "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
+            "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
+            "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
+            "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
+            "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
+            "confidence": "high"
+        })),
+    );
+    fake.set_default(
+        Reply::text("Thank you for telling me. What feels heaviest?")
+            .with_latency(std::time::Duration::from_millis(1500)),
+    );
+    let client = opencouch_llm::OpenAiCompatClient::new(opencouch_llm::LlmConfig::local(
+        fake.base_url(),
+        "fake-model",
+    ))
+    .unwrap();
+    let opts = opencouch_runtime::RuntimeOptions {
+        mode: opencouch_core::RuntimeMode::Hybrid,
+        ..Default::default()
+    };
+    let model: std::sync::Arc<dyn opencouch_llm::ChatModel> = std::sync::Arc::new(client);
+    let p = opencouch_runtime::Runtime::persistent(
+        opencouch_store::Stores::in_memory(),
+        Some(model.clone()),
+        opts.clone(),
+    );
+    let i = opencouch_runtime::Runtime::incognito(
+        opencouch_store::EphemeralStores::new(),
+        Some(model),
+        opts,
+    );
+    let state =
+        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Local, common::limits());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(opencouch_server::serve_on(listener, state.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    let request = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("http://{addr}/api/chat"))
+            .body(r#"{"message":"work has been a lot lately","thread_id":"g1"}"#)
+            .send(),
+    );
+    // Wait until the reply request reached the model: the turn is running.
+    let reply_started = || {
+        fake.requests_to(Endpoint::ChatCompletions)
+            .iter()
+            .any(|r| r.body.get("response_format").is_none())
+    };
+    while !reply_started() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(state.in_flight(), 1, "one turn in flight");
+    stop_tx.send(()).unwrap();
+    let resp = request.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200, "the in-flight request got its reply");
+    let out: Value = resp.json().await.unwrap();
+    assert!(
+        out["response_text"].as_str().unwrap().contains("heaviest"),
+        "{out}"
+    );
+    server.await.unwrap().unwrap();
+    assert_eq!(state.in_flight(), 0);
+    let snap = state
+        .runtime(opencouch_core::MemoryMode::Persistent)
+        .stores()
+        .threads
+        .load("local:g1", 10)
+        .await
+        .unwrap()
+        .expect("the turn was committed");
+    assert_eq!(snap.state.turn_count, 1);
+    assert_eq!(
+        snap.recent.len(),
+        2,
+        "user and assistant messages, nothing half-written"
+    );
 }

@@ -27,6 +27,7 @@ pub mod sqlite;
 #[doc(hidden)]
 pub mod testing;
 pub mod traits;
+pub mod users;
 
 use std::sync::Arc;
 
@@ -36,15 +37,16 @@ pub use lock::{SWEEPER_LOCK, ThreadGuard, ThreadLocks};
 pub use memory::MemoryBackend;
 pub use postgres::PgStores;
 pub use records::{
-    CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding, FeedbackLabel,
-    FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath, SessionWrite,
-    ThreadSnapshot, ThreadSummary, TraceRuntimeMode, TranscriptEntry, TurnCommit,
+    ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
+    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath,
+    SessionWrite, ThreadSnapshot, ThreadSummary, TraceRuntimeMode, TranscriptEntry, TurnCommit,
     VoiceFinalization, VoiceFinalizationState, opaque_session_id,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, VoiceFinalizationStore,
+    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, UserStore,
+    VoiceFinalizationStore,
 };
 
 /// Which backend a [`Stores`] bundle uses.
@@ -73,6 +75,8 @@ pub struct Stores {
     pub feedback: Arc<dyn FeedbackStore>,
     /// Voice finalization status.
     pub voice: Arc<dyn VoiceFinalizationStore>,
+    /// API users (token hashes).
+    pub users: Arc<dyn UserStore>,
     /// Per-thread and global locks.
     pub locks: ThreadLocks,
     backend: Backend,
@@ -97,6 +101,7 @@ impl Stores {
             + CrisisLog
             + FeedbackStore
             + VoiceFinalizationStore
+            + UserStore
             + 'static,
     {
         Stores {
@@ -105,7 +110,8 @@ impl Stores {
             memory: backend.clone(),
             crisis: backend.clone(),
             feedback: backend.clone(),
-            voice: backend,
+            voice: backend.clone(),
+            users: backend,
             locks,
             backend: kind,
         }

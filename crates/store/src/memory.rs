@@ -37,6 +37,7 @@ struct Inner {
 #[derive(Default)]
 pub struct MemoryBackend {
     inner: Mutex<Inner>,
+    users: Mutex<Vec<crate::records::ApiUser>>,
 }
 
 impl MemoryBackend {
@@ -49,6 +50,13 @@ impl MemoryBackend {
         // A panic while holding the lock cannot leave a half-applied write
         // (every write below completes before returning), so recover.
         self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The API users (see `users.rs`).
+    pub(crate) fn users(&self) -> MutexGuard<'_, Vec<crate::records::ApiUser>> {
+        self.users
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

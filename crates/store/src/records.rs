@@ -294,6 +294,22 @@ pub struct DailyCrisisCount {
     pub count: u64,
 }
 
+/// An API user of `opencouch serve`: the name is the owner id of
+/// everything the user writes; only the SHA-256 of the bearer token is
+/// stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiUser {
+    /// User name (the owner id).
+    pub name: String,
+    /// Hex SHA-256 of the token (64 lowercase hex characters).
+    pub token_sha256: String,
+    /// When the user was added.
+    pub created_at: DateTime<Utc>,
+    /// When the token was revoked (a revoked user cannot sign in).
+    #[serde(default)]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
 /// Current feedback record schema version.
 pub const FEEDBACK_SCHEMA_VERSION: u32 = 1;
 

@@ -6,8 +6,8 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 
 use crate::error::StoreResult;
 use crate::records::{
-    CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
-    ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
+    ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
+    MemoryRecord, ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
 };
 use crate::session::{ActiveSession, SessionStatus, session_status};
 
@@ -180,4 +180,27 @@ pub trait VoiceFinalizationStore: Send + Sync {
 
     /// The thread's status.
     async fn get(&self, thread_id: &str) -> StoreResult<Option<VoiceFinalization>>;
+}
+
+/// API users and their token hashes (see `users.rs`). Several server
+/// instances on one PostgreSQL database share these rows.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    /// Inserts a user. `StoreError::Conflict` when the token hash is taken
+    /// or (for an active user) an active user has the same name;
+    /// `StoreError::Invalid` for an empty name or a value that is not a
+    /// hex SHA-256.
+    async fn add_user(&self, user: &ApiUser) -> StoreResult<()>;
+
+    /// Every user, revoked ones included, in insertion order.
+    async fn list_users(&self) -> StoreResult<Vec<ApiUser>>;
+
+    /// Revokes the active user `name`; returns whether there was one.
+    async fn revoke_user(&self, name: &str, at: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// The active (not revoked) user whose token hash is `token_sha256`.
+    async fn active_user_by_token(&self, token_sha256: &str) -> StoreResult<Option<ApiUser>>;
+
+    /// Whether any active user exists.
+    async fn has_active_users(&self) -> StoreResult<bool>;
 }

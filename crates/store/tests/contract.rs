@@ -15,7 +15,7 @@ use opencouch_core::{
 };
 use opencouch_store::session::REASON_INTERRUPTED;
 use opencouch_store::{
-    ActiveSession, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
+    ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
     ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
     TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
@@ -699,6 +699,127 @@ async fn concurrent_turns_serialize(s: &Stores) {
     sweeper.release().await.expect("release");
 }
 
+fn api_user(name: &str, hash_digit: char, at: DateTime<Utc>) -> ApiUser {
+    ApiUser {
+        name: name.to_owned(),
+        token_sha256: hash_digit.to_string().repeat(64),
+        created_at: at,
+        revoked_at: None,
+    }
+}
+
+async fn api_users(s: &Stores) {
+    let u = &s.users;
+    assert!(!u.has_active_users().await.expect("has"));
+    assert!(u.list_users().await.expect("list").is_empty());
+    assert!(
+        u.active_user_by_token(&"a".repeat(64))
+            .await
+            .expect("get")
+            .is_none()
+    );
+
+    u.add_user(&api_user("alice", 'a', t0()))
+        .await
+        .expect("add alice");
+    u.add_user(&api_user("bob", 'b', t0() + Duration::seconds(1)))
+        .await
+        .expect("add bob");
+    assert!(u.has_active_users().await.expect("has"));
+    let alice = u
+        .active_user_by_token(&"a".repeat(64))
+        .await
+        .expect("get")
+        .expect("alice");
+    assert_eq!(
+        alice,
+        api_user("alice", 'a', t0()),
+        "round trip, microseconds kept"
+    );
+
+    // One active user per name; every token hash once.
+    for (user, why) in [
+        (api_user("alice", 'c', t0()), "active name taken"),
+        (api_user("carol", 'b', t0()), "token hash taken"),
+    ] {
+        assert!(
+            matches!(u.add_user(&user).await, Err(StoreError::Conflict { .. })),
+            "{why}"
+        );
+    }
+    // Only hashes go in: a raw token or an empty name is refused.
+    for user in [
+        api_user("dave", 'x', t0()),
+        ApiUser {
+            token_sha256: "secret-token".into(),
+            ..api_user("dave", 'd', t0())
+        },
+        ApiUser {
+            token_sha256: "D".repeat(64),
+            ..api_user("dave", 'd', t0())
+        },
+        api_user("", 'd', t0()),
+    ] {
+        assert!(
+            matches!(u.add_user(&user).await, Err(StoreError::Invalid(_))),
+            "{user:?}"
+        );
+    }
+
+    // Revocation: the token stops working, the row stays, the name is free.
+    let revoked_at = t0() + Duration::minutes(5);
+    assert!(u.revoke_user("alice", revoked_at).await.expect("revoke"));
+    assert!(
+        !u.revoke_user("alice", revoked_at).await.expect("again"),
+        "no active alice"
+    );
+    assert!(!u.revoke_user("nobody", revoked_at).await.expect("unknown"));
+    assert!(
+        u.active_user_by_token(&"a".repeat(64))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    u.add_user(&api_user("alice", 'e', revoked_at))
+        .await
+        .expect("re-add alice");
+    assert_eq!(
+        u.active_user_by_token(&"e".repeat(64))
+            .await
+            .expect("get")
+            .map(|x| x.name),
+        Some("alice".to_owned())
+    );
+    // An imported revoked row may share a name with an active one.
+    let mut old = api_user("bob", 'f', t0());
+    old.revoked_at = Some(t0());
+    u.add_user(&old).await.expect("revoked duplicate name");
+
+    let list = u.list_users().await.expect("list");
+    let names: Vec<(&str, bool)> = list
+        .iter()
+        .map(|x| (x.name.as_str(), x.revoked_at.is_some()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("alice", true),
+            ("bob", false),
+            ("alice", false),
+            ("bob", true)
+        ],
+        "insertion order, revoked kept"
+    );
+    assert_eq!(list[0].revoked_at, Some(revoked_at));
+    assert!(u.revoke_user("bob", revoked_at).await.expect("revoke bob"));
+    assert!(
+        u.revoke_user("alice", revoked_at)
+            .await
+            .expect("revoke alice")
+    );
+    assert!(!u.has_active_users().await.expect("has"));
+}
+
 async fn sqlite_stores() -> (tempfile::TempDir, Stores) {
     let dir = tempfile::tempdir().expect("tempdir");
     // A nested path proves `open` creates parent directories.
@@ -752,6 +873,7 @@ contract!(
     crisis_log,
     feedback_and_voice,
     concurrent_turns_serialize,
+    api_users,
 );
 
 /// A representative first read/append after start-up.

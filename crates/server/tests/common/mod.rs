@@ -19,7 +19,6 @@ pub struct Fixture {
     pub state: AppState,
     pub alice: String,
     pub bob: String,
-    _dir: tempfile::TempDir,
 }
 
 pub fn limits() -> Limits {
@@ -40,25 +39,23 @@ pub fn runtimes() -> (Runtime, Runtime) {
     )
 }
 
-pub fn fixture_with(limits: Limits) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let users = UserDirectory::in_data_dir(dir.path());
-    let now = chrono::Utc::now();
-    let alice = users.add("alice", now).unwrap();
-    let bob = users.add("bob", now).unwrap();
+pub async fn fixture_with(limits: Limits) -> Fixture {
     let (p, i) = runtimes();
+    let users = UserDirectory::new(p.stores().users.clone());
+    let now = chrono::Utc::now();
+    let alice = users.add("alice", now).await.unwrap();
+    let bob = users.add("bob", now).await.unwrap();
     let state = AppState::new(p, i, AuthMode::Tokens(users), limits);
     Fixture {
         app: router(state.clone()),
         state,
         alice,
         bob,
-        _dir: dir,
     }
 }
 
-pub fn fixture() -> Fixture {
-    fixture_with(limits())
+pub async fn fixture() -> Fixture {
+    fixture_with(limits()).await
 }
 
 pub fn local_fixture() -> (Router, AppState) {
@@ -107,4 +104,60 @@ pub async fn stored_threads(state: &AppState) -> usize {
         .await
         .unwrap()
         .len()
+}
+
+/// Saves a style rule for `owner` through the memory-control service.
+pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
+    use opencouch_memory::control::{ControlContext, MemoryAction};
+    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
+    let ctx = ControlContext {
+        owner_id: Some(owner),
+        memory_mode: MemoryMode::Persistent,
+        now: chrono::Utc::now(),
+    };
+    svc.handle(
+        &ctx,
+        MemoryAction::SavePreference {
+            preference_text: text.into(),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+/// Stores a finished session's arc for `owner` (as session end would),
+/// `days_ago` days back, with the given moods.
+pub async fn seed_arc(state: &AppState, owner: &str, days_ago: i64, opened: &str, closed: &str) {
+    use opencouch_memory::MemoryBackend as _;
+    use opencouch_memory::types::NewSessionArc;
+    use opencouch_memory::{MemoryRecord, MoodArc, SessionArc};
+    let now = chrono::Utc::now();
+    let started = now - chrono::Duration::days(days_ago);
+    let arc = SessionArc::new(
+        NewSessionArc {
+            session_id: format!("seed-{owner}-{days_ago}"),
+            started_at: started,
+            ended_at: started + chrono::Duration::minutes(20),
+            turn_count: 6,
+            primary_themes: vec!["work".into(), "sleep".into()],
+            summary: format!("You talked about work and sleep ({days_ago} days ago)."),
+            mood_arc: MoodArc {
+                opened: opened.into(),
+                closed: closed.into(),
+            },
+            open_loops: Vec::new(),
+            resolved_threads: Vec::new(),
+            approach_used: None,
+            approach_context: None,
+            crisis_level_max: 0,
+        },
+        now,
+    )
+    .unwrap();
+    let backend = opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent));
+    backend
+        .put(MemoryRecord::from_arc(owner, &arc, None))
+        .await
+        .unwrap();
 }

@@ -1,0 +1,510 @@
+// OpenCouch web page: sign-in, streamed chat, crisis resources, incognito,
+// memory panel, end of session with feedback, mood and progress chart.
+// Plain JavaScript, no dependencies, served by `opencouch serve`.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const store = window.sessionStorage;
+  const S = {
+    token: store.getItem("oc.token") || "",
+    auth: "token",
+    incognito: store.getItem("oc.incognito") === "1",
+    busy: false,
+  };
+
+  // ---------- small helpers ----------
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function say(text) { $("memory-status").textContent = text; }
+  function mode() { return S.incognito ? "incognito" : "persistent"; }
+
+  function threadKey() { return S.incognito ? "oc.thread.incognito" : "oc.thread"; }
+  function newThreadId() { return "web-" + Date.now().toString(36) + "-" + Math.random().toString(36).slice(2, 8); }
+  function thread() {
+    let t = store.getItem(threadKey());
+    if (!t) { t = newThreadId(); store.setItem(threadKey(), t); }
+    return t;
+  }
+  function resetThread() { store.setItem(threadKey(), newThreadId()); }
+
+  function headers(json) {
+    const h = {};
+    if (S.token && S.auth !== "local") h.Authorization = "Bearer " + S.token;
+    if (json) h["Content-Type"] = "application/json";
+    return h;
+  }
+
+  class ApiError extends Error {
+    constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+  }
+
+  async function api(method, path, body) {
+    let r;
+    try {
+      r = await fetch(path, { method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body) });
+    } catch (e) {
+      throw new ApiError(0, "network", "OpenCouch cannot be reached. Check your connection and try again.");
+    }
+    const data = await r.json().catch(() => null);
+    if (!r.ok) {
+      const err = new ApiError(r.status, data && data.code, (data && data.message) || r.statusText);
+      if (r.status === 401 && S.auth !== "local") signOut("Your session has ended. Please sign in again.");
+      throw err;
+    }
+    return data;
+  }
+
+  // ---------- sign-in ----------
+  function showSignin(message) {
+    $("app-view").hidden = true;
+    $("signin-view").hidden = false;
+    $("signout").hidden = true;
+    $("who").textContent = "";
+    $("signin-error").textContent = message || "";
+    $("token").focus();
+  }
+
+  function signOut(message) {
+    S.token = "";
+    store.removeItem("oc.token");
+    showSignin(message);
+  }
+
+  async function showApp(who) {
+    $("signin-view").hidden = true;
+    $("app-view").hidden = false;
+    $("who").textContent = who;
+    $("signout").hidden = S.auth === "local";
+    applyIncognito();
+    await restoreHistory();
+    await Promise.all([refreshMemory(), refreshProgress()]);
+    document.body.dataset.ready = "1";
+  }
+
+  async function signIn(token) {
+    S.token = token;
+    try {
+      const st = await api("GET", "/api/memory/status");
+      store.setItem("oc.token", token);
+      await showApp("Signed in as " + st.owner_id);
+      $("message").focus();
+    } catch (e) {
+      S.token = "";
+      showSignin(e.status === 401 ? "That token was not accepted. Check it and try again." : e.message);
+    }
+  }
+
+  // ---------- conversation ----------
+  function clearLog() {
+    const log = $("log");
+    log.textContent = "";
+    log.append(el("p", { class: "empty", id: "log-empty", text: "Say how you are doing, or ask for a breathing exercise." }));
+  }
+
+  function addMessage(role, text) {
+    const empty = $("log-empty");
+    if (empty) empty.remove();
+    const box = el("div", { class: "msg " + role },
+      el("span", { class: "visually-hidden", text: role === "user" ? "You said: " : "OpenCouch said: " }),
+      el("span", { class: "text", text: text || "" }));
+    $("log").append(box);
+    box.scrollIntoView({ block: "end" });
+    return box;
+  }
+
+  function setText(box, text) { box.querySelector(".text").textContent = text; }
+
+  function cleanNumber(n) { return String(n).replace(/[^0-9+]/g, ""); }
+  function safeUrl(u) { return typeof u === "string" && /^https:\/\/[^\s"'<>]+$/.test(u) ? u : null; }
+
+  function renderCrisis(box, output) {
+    box.className = "msg crisis";
+    box.setAttribute("role", "region");
+    box.setAttribute("aria-label", "Support you can reach now");
+    box.textContent = "";
+    box.append(
+      el("h3", { text: "You deserve support right now" }),
+      el("p", { class: "reply", text: output.response_text }));
+    const res = Array.isArray(output.resources) ? output.resources : [];
+    if (res.length) {
+      box.append(el("h3", { text: "People you can reach" }));
+      const ul = el("ul", { class: "resources" });
+      for (const r of res) {
+        const actions = el("div", { class: "actions" });
+        if (r.phone) actions.append(el("a", { href: "tel:" + cleanNumber(r.phone), class: "tel", text: "Call " + r.phone }));
+        if (r.text) {
+          const body = r.text_keyword ? "?body=" + encodeURIComponent(r.text_keyword) : "";
+          const label = r.text_keyword ? "Text " + r.text_keyword + " to " + r.text : "Text " + r.text;
+          actions.append(el("a", { href: "sms:" + cleanNumber(r.text) + body, class: "sms", text: label }));
+        }
+        const chat = safeUrl(r.chat_url);
+        if (chat) actions.append(el("a", { href: chat, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Chat online" }));
+        const site = safeUrl(r.url);
+        if (site) actions.append(el("a", { href: site, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Website", "aria-label": (r.name || "Service") + " website" }));
+        const meta = [r.hours, Array.isArray(r.languages) ? r.languages.join(", ") : null].filter(Boolean).join(" · ");
+        ul.append(el("li", {},
+          el("span", { class: "res-name", text: r.name || "Support line" }),
+          meta ? el("span", { class: "res-meta", text: meta }) : null,
+          actions));
+      }
+      box.append(ul);
+    }
+    box.append(el("p", { class: "emergency", text: "If you are in immediate danger, call your local emergency number now." }));
+  }
+
+  function finish(box, output) {
+    if (output.response_type === "crisis") {
+      renderCrisis(box, output);
+      box.scrollIntoView({ block: "start" });
+    }
+    else setText(box, output.response_text);
+    box.dataset.route = output.route || "";
+    box.dataset.level = output.crisis ? String(output.crisis.level) : "";
+  }
+
+  function handleEvent(ev, box, seen) {
+    switch (ev.type) {
+      case "status":
+        $("stage").textContent = (ev.detail || ev.stage || "working") + "…";
+        seen.stages.push(ev.detail || ev.stage);
+        break;
+      case "chunk":
+        seen.chunks += 1;
+        box.querySelector(".text").textContent += ev.text;
+        break;
+      case "response_ready":
+        finish(box, ev.output);
+        break;
+      case "done":
+        finish(box, ev.output);
+        seen.done = true;
+        break;
+      case "error":
+        box.classList.add("error");
+        setText(box, "Sorry, that did not work (" + (ev.code || "error") + "). " + (ev.message || ""));
+        seen.error = true;
+        break;
+      default:
+        break;
+    }
+    box.dataset.stages = seen.stages.join("|");
+    box.dataset.chunks = String(seen.chunks);
+  }
+
+  async function send(message) {
+    if (S.busy) return;
+    S.busy = true;
+    $("send").disabled = true;
+    $("summary").textContent = "";
+    addMessage("user", message);
+    const box = addMessage("assistant", "");
+    box.dataset.state = "streaming";
+    box.setAttribute("aria-busy", "true");
+    const seen = { stages: [], chunks: 0, done: false, error: false };
+    try {
+      const r = await fetch("/api/chat/stream", {
+        method: "POST",
+        headers: headers(true),
+        body: JSON.stringify({ message, thread_id: thread(), memory_mode: mode() }),
+      });
+      if (!r.ok) {
+        const e = await r.json().catch(() => ({}));
+        if (r.status === 401 && S.auth !== "local") signOut("Your session has ended. Please sign in again.");
+        throw new ApiError(r.status, e.code, e.message || r.statusText);
+      }
+      const reader = r.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let data = "";
+          for (const line of block.split("\n")) if (line.startsWith("data:")) data += line.slice(5).trimStart();
+          if (data) handleEvent(JSON.parse(data), box, seen);
+        }
+      }
+      if (!seen.done && !seen.error) throw new ApiError(0, "interrupted", "The reply was interrupted.");
+    } catch (e) {
+      box.classList.add("error");
+      setText(box, e.status === 0 || !e.status ? "Could not reach OpenCouch: " + e.message : e.message);
+      seen.error = true;
+    }
+    box.dataset.state = seen.error ? "error" : "done";
+    box.removeAttribute("aria-busy");
+    $("stage").textContent = "";
+    S.busy = false;
+    $("send").disabled = false;
+    $("message").focus();
+    if (!S.incognito) refreshMemory();
+  }
+
+  async function restoreHistory() {
+    clearLog();
+    if (S.incognito) return;
+    try {
+      const rows = await api("GET", "/api/threads/" + encodeURIComponent(thread()) + "/history?limit=100");
+      for (const row of rows) {
+        if (row.role !== "user" && row.role !== "assistant") continue;
+        const box = addMessage(row.role, row.content);
+        // A crisis reply keeps its calm panel (its text names the resources).
+        if (row.role === "assistant" && row.response_style === "crisis_response") renderCrisis(box, { response_text: row.content, resources: [] });
+      }
+    } catch (e) {
+      if (e.status !== 404) addMessage("assistant error", "Could not load this conversation: " + e.message);
+    }
+  }
+
+  // ---------- end of session ----------
+  function toggleEndPanel(open) {
+    $("end-panel").hidden = !open;
+    $("end-open").setAttribute("aria-expanded", String(open));
+    if (open) $("end-panel").querySelector("button").focus();
+  }
+
+  async function endSession(feedback) {
+    toggleEndPanel(false);
+    const out = $("summary");
+    out.textContent = "";
+    try {
+      const s = await api("POST", "/api/threads/" + encodeURIComponent(thread()) + "/end", { feedback, memory_mode: mode() });
+      out.append(el("h3", { text: s.summary ? "Session summary" : "Session ended" }));
+      if (s.summary) {
+        out.append(el("p", { class: "summary-text", text: s.summary }));
+        const dl = el("dl");
+        const row = (k, v) => { if (v) dl.append(el("dt", { text: k }), el("dd", { text: v })); };
+        row("Mood", (s.mood_opened || "not stated") + " → " + (s.mood_closed || "not stated"));
+        row("Themes", (s.themes || []).join(", "));
+        row("Turns", s.turn_count ? String(s.turn_count) : "");
+        row("Still open", (s.open_loops || []).join("; "));
+        out.append(dl);
+      } else {
+        out.append(el("p", { text: s.detail || "This session was too short to summarize." }));
+      }
+      if (feedback !== "skip") out.append(el("p", { class: "muted", text: s.feedback_recorded ? "Thank you for the feedback." : "Your feedback could not be saved." }));
+      out.append(el("p", { class: "muted", text: "Your next message starts a new session." }));
+      resetThread();
+      clearLog();
+    } catch (e) {
+      out.append(el("p", { text: e.status === 404 ? "There is nothing to end yet: send a message first." : e.message }));
+    }
+    out.focus();
+    refreshMemory();
+    refreshProgress();
+  }
+
+  // ---------- memory ----------
+  const KINDS = [["facts", "Facts you shared", "fact"], ["sessions", "Past sessions", "session"], ["rules", "Your preferences", "preference"]];
+
+  function confirmDelete(text) {
+    const dlg = $("confirm");
+    $("confirm-text").textContent = text;
+    if (typeof dlg.showModal !== "function") return Promise.resolve(window.confirm("Delete this for good?\n" + text));
+    return new Promise((resolve) => {
+      dlg.addEventListener("close", () => resolve(dlg.returnValue === "delete"), { once: true });
+      dlg.returnValue = "cancel";
+      dlg.showModal();
+    });
+  }
+
+  async function deleteItem(kind, noun, row, button) {
+    const ok = await confirmDelete(row.text);
+    if (!ok) { button.focus(); return; }
+    try {
+      await api("DELETE", "/api/memory/" + kind + "/" + row.index);
+      say("Deleted " + noun + " " + row.index + ".");
+    } catch (e) {
+      say(e.status === 404 ? "That item was already gone." : "Could not delete: " + e.message);
+    }
+    await refreshMemory();
+    if (kind === "sessions") refreshProgress();
+    $("mem-h").setAttribute("tabindex", "-1");
+    $("mem-h").focus();
+  }
+
+  async function refreshMemory() {
+    const box = $("memory");
+    $("memory-off").hidden = !S.incognito;
+    try {
+      const st = await api("GET", "/api/memory/status");
+      setRecall(!!st.proactive_recall_enabled);
+      const lists = await Promise.all(KINDS.map(([kind]) => api("GET", "/api/memory/" + kind)));
+      box.textContent = "";
+      KINDS.forEach(([kind, title, noun], k) => {
+        const rows = lists[k];
+        box.append(el("h3", { id: "mem-" + kind, text: title + " (" + rows.length + ")" }));
+        if (!rows.length) { box.append(el("p", { class: "muted small-text", text: "Nothing saved." })); return; }
+        const ol = el("ol", { class: "mem", "aria-labelledby": "mem-" + kind, "data-kind": kind });
+        for (const row of rows) {
+          const b = el("button", { type: "button", class: "secondary small", text: "Delete", "aria-label": "Delete " + noun + " " + row.index + ": " + row.text.slice(0, 60) });
+          b.addEventListener("click", () => deleteItem(kind, noun, row, b));
+          ol.append(el("li", {}, el("div", { class: "item" }, el("span", { class: "text", text: row.text }), b)));
+        }
+        box.append(ol);
+      });
+    } catch (e) {
+      if (e.status !== 401) { box.textContent = ""; box.append(el("p", { class: "error", text: "Memory is unavailable: " + e.message })); }
+    }
+  }
+
+  function setRecall(on) {
+    $("recall").checked = on;
+    $("recall-help").textContent = on
+      ? "On: I may bring up what we talked about in past sessions."
+      : "Off: memory shapes my tone, but I only mention past sessions when you ask.";
+  }
+
+  // ---------- mood and progress ----------
+  function shortDate(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? "" : d.toLocaleDateString(undefined, { month: "short", day: "numeric" });
+  }
+
+  function drawChart(sessions, scale) {
+    const c = $("chart");
+    c.textContent = "";
+    c.className = "chart";
+    if (!sessions.length) {
+      c.append(el("p", { class: "muted", text: "After you end a session, its mood at the start and the end appears here." }));
+      return;
+    }
+    const shown = sessions.slice(-12);
+    const min = scale && typeof scale.min === "number" ? scale.min : -2;
+    const max = scale && typeof scale.max === "number" ? scale.max : 2;
+    const W = 340, H = 180, L = 70, R = 26, T = 12, B = 26;
+    const pw = W - L - R, ph = H - T - B, n = shown.length;
+    const x = (i) => L + (n === 1 ? pw / 2 : (i * pw) / (n - 1));
+    const y = (v) => T + ((max - v) / (max - min)) * ph;
+    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-labelledby": "chart-t chart-d" });
+    const desc = shown.map((s, i) => "session " + (i + 1) + " (" + shortDate(s.started_at) + "): " + s.mood_opened + " to " + s.mood_closed).join("; ");
+    root.append(svg("title", { id: "chart-t" }, "Mood at the start and the end of your last " + n + (n === 1 ? " session" : " sessions")));
+    root.append(svg("desc", { id: "chart-d" }, desc));
+    for (const [v, label] of [[max, "good"], [0, "mixed"], [min, "struggling"]]) {
+      root.append(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: v === 0 ? "zero" : "axis" }));
+      root.append(svg("text", { x: L - 6, y: y(v) + 3, "text-anchor": "end", class: "tick" }, label));
+    }
+    const every = Math.ceil(n / 6);
+    shown.forEach((s, i) => {
+      const cx = x(i);
+      const a = s.score_opened, b = s.score_closed;
+      const has = (v) => typeof v === "number";
+      const down = has(a) && has(b) && b < a;
+      const g = svg("g", { class: "session", "data-index": i + 1 });
+      if (has(a) && has(b)) g.append(svg("line", { x1: cx, x2: cx, y1: y(a), y2: y(b), class: "arc" + (down ? " down" : "") }));
+      if (has(a)) g.append(svg("circle", { cx, cy: y(a), r: 5, class: "dot-open" }));
+      if (has(b)) g.append(svg("circle", { cx, cy: y(b), r: 5, class: "dot-close" + (down ? " down" : "") }));
+      if (!has(a) && !has(b)) g.append(svg("text", { x: cx, y: y(0) + 4, "text-anchor": "middle", class: "tick" }, "?"));
+      root.append(g);
+      if (i % every === 0 || i === n - 1) root.append(svg("text", { x: cx, y: H - 8, "text-anchor": "middle", class: "tick" }, shortDate(s.started_at)));
+    });
+    c.append(root);
+    c.append(el("p", { class: "legend", text: "Hollow dot: mood when a session opened. Filled dot: when it closed." }));
+    const list = el("ol", { class: "arcs", "aria-label": "Mood per session" });
+    for (const s of shown) list.append(el("li", { text: shortDate(s.started_at) + ": " + s.mood_opened + " → " + s.mood_closed }));
+    c.append(list);
+  }
+
+  async function refreshProgress() {
+    try {
+      const p = await api("GET", "/api/memory/progress");
+      drawChart(p.sessions || [], p.mood_scale);
+      const ul = $("exercises");
+      ul.textContent = "";
+      const ex = p.exercises_completed || [];
+      if (!ex.length) ul.append(el("li", { class: "muted", text: "None yet. Ask for one, for example \"a breathing exercise\"." }));
+      for (const e of ex) ul.append(el("li", { text: e.name + " × " + e.count }));
+    } catch (e) {
+      if (e.status !== 401) { $("chart").textContent = "Progress is unavailable: " + e.message; }
+    }
+  }
+
+  // ---------- incognito ----------
+  function applyIncognito() {
+    $("incognito").checked = S.incognito;
+    $("incognito-help").hidden = !S.incognito;
+    $("memory-off").hidden = !S.incognito;
+    document.body.classList.toggle("is-incognito", S.incognito);
+  }
+
+  // ---------- wiring ----------
+  function wire() {
+    $("signin").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const t = $("token").value.trim();
+      $("token").value = "";
+      if (t) signIn(t);
+    });
+    $("signout").addEventListener("click", () => signOut("You are signed out."));
+    $("composer").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const m = $("message").value.trim();
+      if (!m || S.busy) return;
+      $("message").value = "";
+      send(m);
+    });
+    $("message").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+    });
+    $("incognito").addEventListener("change", async (e) => {
+      S.incognito = e.target.checked;
+      store.setItem("oc.incognito", S.incognito ? "1" : "0");
+      applyIncognito();
+      $("summary").textContent = "";
+      await restoreHistory();
+    });
+    $("new-thread").addEventListener("click", () => {
+      resetThread();
+      clearLog();
+      $("summary").textContent = "";
+      $("message").focus();
+    });
+    $("recall").addEventListener("change", async (e) => {
+      const want = e.target.checked;
+      try {
+        const r = await api("PATCH", "/api/memory/recall", { enabled: want });
+        setRecall(!!r.proactive_recall_enabled);
+        say(r.proactive_recall_enabled ? "Proactive recall is on." : "Proactive recall is off.");
+      } catch (err) {
+        e.target.checked = !want;
+        say("Could not change recall: " + err.message);
+      }
+    });
+    $("end-open").addEventListener("click", () => toggleEndPanel($("end-panel").hidden));
+    $("end-panel").addEventListener("keydown", (e) => { if (e.key === "Escape") { toggleEndPanel(false); $("end-open").focus(); } });
+    for (const b of document.querySelectorAll("button.end")) b.addEventListener("click", () => endSession(b.dataset.feedback));
+  }
+
+  async function init() {
+    wire();
+    let h = {};
+    try { h = await (await fetch("/api/health")).json(); } catch (e) { h = {}; }
+    S.auth = h.auth === "local" ? "local" : "token";
+    if (S.auth === "local") await showApp("Local mode: single user on this computer");
+    else if (S.token) await signIn(S.token);
+    else showSignin();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

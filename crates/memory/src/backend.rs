@@ -88,6 +88,17 @@ pub trait MemoryBackend: Send + Sync {
         kind: MemoryKind,
         id: &str,
     ) -> Result<bool, BackendError>;
+    /// A counter that changes on every write to the namespace, by any
+    /// process, or `None` when the backend keeps none (then nothing built
+    /// from the namespace may be cached).
+    async fn revision(
+        &self,
+        owner_id: &str,
+        kind: MemoryKind,
+    ) -> Result<Option<u64>, BackendError> {
+        let _ = (owner_id, kind);
+        Ok(None)
+    }
 }
 
 type Namespace = (String, MemoryKind);
@@ -96,6 +107,7 @@ type Namespace = (String, MemoryKind);
 #[derive(Debug, Default)]
 pub struct InMemoryBackend {
     inner: RwLock<HashMap<Namespace, Vec<MemoryRecord>>>,
+    revisions: RwLock<HashMap<Namespace, u64>>,
 }
 
 impl InMemoryBackend {
@@ -107,6 +119,14 @@ impl InMemoryBackend {
 
 fn poisoned() -> BackendError {
     BackendError::Unavailable("in-memory store lock poisoned".to_owned())
+}
+
+impl InMemoryBackend {
+    fn bump(&self, owner_id: &str, kind: MemoryKind) -> Result<(), BackendError> {
+        let mut revs = self.revisions.write().map_err(|_| poisoned())?;
+        *revs.entry((owner_id.to_owned(), kind)).or_insert(0) += 1;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -128,11 +148,12 @@ impl MemoryBackend for InMemoryBackend {
         let list = map
             .entry((record.owner_id.clone(), record.kind))
             .or_default();
+        let (owner, kind) = (record.owner_id.clone(), record.kind);
         match list.iter_mut().find(|r| r.id == record.id) {
             Some(slot) => *slot = record,
             None => list.push(record),
         }
-        Ok(())
+        self.bump(&owner, kind)
     }
 
     async fn update(&self, record: MemoryRecord) -> Result<bool, BackendError> {
@@ -140,9 +161,11 @@ impl MemoryBackend for InMemoryBackend {
         let Some(list) = map.get_mut(&(record.owner_id.clone(), record.kind)) else {
             return Ok(false);
         };
+        let (owner, kind) = (record.owner_id.clone(), record.kind);
         match list.iter_mut().find(|r| r.id == record.id) {
             Some(slot) => {
                 *slot = record;
+                self.bump(&owner, kind)?;
                 Ok(true)
             }
             None => Ok(false),
@@ -161,7 +184,22 @@ impl MemoryBackend for InMemoryBackend {
         };
         let before = list.len();
         list.retain(|r| r.id != id);
-        Ok(list.len() != before)
+        let deleted = list.len() != before;
+        if deleted {
+            self.bump(owner_id, kind)?;
+        }
+        Ok(deleted)
+    }
+
+    async fn revision(
+        &self,
+        owner_id: &str,
+        kind: MemoryKind,
+    ) -> Result<Option<u64>, BackendError> {
+        let revs = self.revisions.read().map_err(|_| poisoned())?;
+        Ok(Some(
+            revs.get(&(owner_id.to_owned(), kind)).copied().unwrap_or(0),
+        ))
     }
 }
 

@@ -28,7 +28,8 @@ pub mod types;
 
 pub use backend::{BackendError, InMemoryBackend, MemoryBackend, MemoryRecord, StoredEmbedding};
 pub use retrieval::{
-    EmbedError, Embedder, RetrievalPath, RetrievalRequest, TurnMemory, WorkingMemoryEntry, retrieve,
+    EmbedError, Embedder, IndexCache, RetrievalPath, RetrievalRequest, TurnMemory,
+    WorkingMemoryEntry, retrieve, retrieve_cached,
 };
 pub use types::{
     ApproachContext, EntityRef, EntityType, FactCategory, MemoryKind, MoodArc, Predicate,

@@ -8,6 +8,7 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -660,6 +661,8 @@ pub struct LayerHits {
     pub semantic_store_size: usize,
     /// Episodic store size.
     pub episodic_store_size: usize,
+    /// Whether the semantic index came from the cache.
+    pub semantic_index_cache: CacheOutcome,
 }
 
 fn entry(kind: MemoryKind, r: &MemoryRecord, score: f64, is_catch_up: bool) -> WorkingMemoryEntry {
@@ -673,11 +676,233 @@ fn entry(kind: MemoryKind, r: &MemoryRecord, score: f64, is_catch_up: bool) -> W
     }
 }
 
-/// Searches the semantic and episodic layers of an owner.
-///
-/// `semantic_keep` bounds the kept active facts, `episodic_keep` the arcs.
-/// Store loads run in parallel; the query is embedded at most once, and not
-/// at all when both stores are empty.
+/// The records of one semantic namespace with their prepared index.
+pub struct IndexedLayer {
+    /// The records, in insertion order (hit indexes point here).
+    pub records: Vec<MemoryRecord>,
+    /// The index over them.
+    pub index: MemoryIndex,
+}
+
+impl IndexedLayer {
+    fn build(records: Vec<MemoryRecord>, model: Option<(&str, usize)>, dense_weight: f64) -> Self {
+        let index = MemoryIndex::build(
+            records.iter().map(|r| (&r.value, r.embedding.as_ref())),
+            model,
+        )
+        .with_dense_weight(dense_weight);
+        IndexedLayer { records, index }
+    }
+}
+
+/// How the semantic index of a turn was obtained (the
+/// `semantic_index_cache` diagnostic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheOutcome {
+    /// The cached index matched the namespace revision.
+    Hit,
+    /// Built from the store and cached.
+    Miss,
+    /// Built from the store, not cached (no cache, or no revision).
+    Off,
+}
+
+impl CacheOutcome {
+    /// The diagnostic spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Off => "off",
+        }
+    }
+}
+
+struct CacheEntry {
+    revision: u64,
+    model: Option<(String, usize)>,
+    dense_weight: f64,
+    layer: Arc<IndexedLayer>,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    entries: HashMap<String, CacheEntry>,
+    records: usize,
+    tick: u64,
+}
+
+/// Prepared semantic-layer indexes per owner, kept between turns so a turn
+/// costs one revision read plus the search instead of loading and indexing
+/// every fact. An entry is used only while the namespace revision
+/// ([`MemoryBackend::revision`]) is unchanged, so any write or deletion, by
+/// any process sharing the store, is seen on the next turn. Bounded by a
+/// total record count; the least recently used owners go first.
+pub struct IndexCache {
+    inner: Mutex<CacheInner>,
+    max_records: usize,
+}
+
+/// Default bound of [`IndexCache`]: records held across all owners.
+pub const INDEX_CACHE_MAX_RECORDS: usize = 200_000;
+
+/// Namespaces at least this large are indexed on the blocking pool.
+const BLOCKING_BUILD_MIN_RECORDS: usize = 256;
+
+impl Default for IndexCache {
+    fn default() -> Self {
+        Self::new(INDEX_CACHE_MAX_RECORDS)
+    }
+}
+
+impl IndexCache {
+    /// A cache holding at most `max_records` records over all owners.
+    pub fn new(max_records: usize) -> Self {
+        IndexCache {
+            inner: Mutex::new(CacheInner::default()),
+            max_records,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        // Entries are replaced whole; a poisoned lock holds no half-written entry.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Owners currently cached.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops an owner's entry (e.g. after a bulk clear).
+    pub fn invalidate(&self, owner_id: &str) {
+        let mut inner = self.lock();
+        if let Some(e) = inner.entries.remove(owner_id) {
+            inner.records -= e.layer.records.len();
+        }
+    }
+
+    fn get(
+        &self,
+        owner_id: &str,
+        revision: u64,
+        model: Option<(&str, usize)>,
+        dense_weight: f64,
+    ) -> Option<Arc<IndexedLayer>> {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let e = inner.entries.get_mut(owner_id)?;
+        let same_model = e.model.as_ref().map(|(m, d)| (m.as_str(), *d)) == model;
+        if e.revision != revision || !same_model || e.dense_weight != dense_weight {
+            return None;
+        }
+        e.last_used = tick;
+        Some(e.layer.clone())
+    }
+
+    fn insert(
+        &self,
+        owner_id: &str,
+        revision: u64,
+        model: Option<(&str, usize)>,
+        dense_weight: f64,
+        layer: Arc<IndexedLayer>,
+    ) {
+        let size = layer.records.len();
+        let mut inner = self.lock();
+        if let Some(old) = inner.entries.remove(owner_id) {
+            inner.records -= old.layer.records.len();
+        }
+        if size > self.max_records {
+            return;
+        }
+        while inner.records + size > self.max_records {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = inner.entries.remove(&oldest) {
+                inner.records -= e.layer.records.len();
+            }
+        }
+        inner.tick += 1;
+        let last_used = inner.tick;
+        inner.records += size;
+        inner.entries.insert(
+            owner_id.to_owned(),
+            CacheEntry {
+                revision,
+                model: model.map(|(m, d)| (m.to_owned(), d)),
+                dense_weight,
+                layer,
+                last_used,
+            },
+        );
+    }
+}
+
+async fn build_layer(
+    records: Vec<MemoryRecord>,
+    model: Option<(&str, usize)>,
+    dense_weight: f64,
+) -> IndexedLayer {
+    if records.len() < BLOCKING_BUILD_MIN_RECORDS {
+        return IndexedLayer::build(records, model, dense_weight);
+    }
+    let owned = model.map(|(m, d)| (m.to_owned(), d));
+    tokio::task::spawn_blocking(move || {
+        IndexedLayer::build(
+            records,
+            owned.as_ref().map(|(m, d)| (m.as_str(), *d)),
+            dense_weight,
+        )
+    })
+    .await
+    .unwrap_or_else(|_| IndexedLayer::build(Vec::new(), None, 1.0))
+}
+
+/// The semantic layer of an owner, from the cache when it is current.
+async fn semantic_layer(
+    backend: &dyn MemoryBackend,
+    cache: Option<&IndexCache>,
+    owner_id: &str,
+    model: Option<(&str, usize)>,
+    dense_weight: f64,
+) -> Result<(Arc<IndexedLayer>, CacheOutcome), BackendError> {
+    let Some(cache) = cache else {
+        let records = backend.list(owner_id, MemoryKind::Semantic).await?;
+        let layer = build_layer(records, model, dense_weight).await;
+        return Ok((Arc::new(layer), CacheOutcome::Off));
+    };
+    // The revision is read before the records: a write in between makes
+    // the cached entry look stale next time, never current when it is not.
+    let Some(revision) = backend.revision(owner_id, MemoryKind::Semantic).await? else {
+        let records = backend.list(owner_id, MemoryKind::Semantic).await?;
+        let layer = build_layer(records, model, dense_weight).await;
+        return Ok((Arc::new(layer), CacheOutcome::Off));
+    };
+    if let Some(layer) = cache.get(owner_id, revision, model, dense_weight) {
+        return Ok((layer, CacheOutcome::Hit));
+    }
+    let records = backend.list(owner_id, MemoryKind::Semantic).await?;
+    let layer = Arc::new(build_layer(records, model, dense_weight).await);
+    cache.insert(owner_id, revision, model, dense_weight, layer.clone());
+    Ok((layer, CacheOutcome::Miss))
+}
+
+/// Searches the semantic and episodic layers of an owner (no index cache).
 ///
 /// # Errors
 /// [`RetrievalError::Backend`] when the store fails.
@@ -688,19 +913,42 @@ pub async fn search_layers(
     semantic_keep: usize,
     episodic_keep: usize,
 ) -> Result<LayerHits, RetrievalError> {
+    search_layers_cached(backend, embedder, None, req, semantic_keep, episodic_keep).await
+}
+
+/// Searches the semantic and episodic layers of an owner.
+///
+/// `semantic_keep` bounds the kept active facts, `episodic_keep` the arcs.
+/// Store loads run in parallel; the semantic index comes from `cache` when
+/// it is current; the query is embedded at most once, and not at all when
+/// both stores are empty.
+///
+/// # Errors
+/// [`RetrievalError::Backend`] when the store fails.
+pub async fn search_layers_cached(
+    backend: &dyn MemoryBackend,
+    embedder: Option<&dyn Embedder>,
+    cache: Option<&IndexCache>,
+    req: &RetrievalRequest<'_>,
+    semantic_keep: usize,
+    episodic_keep: usize,
+) -> Result<LayerHits, RetrievalError> {
+    let model = embedder.map(|e| (e.model_id(), e.dimension()));
+    let dense_weight = embedder.map_or(1.0, |e| e.rrf_weight());
     let (semantic, episodic) = tokio::join!(
-        backend.list(req.owner_id, MemoryKind::Semantic),
+        semantic_layer(backend, cache, req.owner_id, model, dense_weight),
         backend.list(req.owner_id, MemoryKind::Episodic)
     );
-    let (semantic, episodic) = (semantic?, episodic?);
-    let (semantic_store_size, episodic_store_size) = (semantic.len(), episodic.len());
-    if semantic.is_empty() && episodic.is_empty() {
+    let ((semantic, cache_outcome), episodic) = (semantic?, episodic?);
+    let (semantic_store_size, episodic_store_size) = (semantic.records.len(), episodic.len());
+    if semantic.records.is_empty() && episodic.is_empty() {
         return Ok(LayerHits {
             semantic: Vec::new(),
             episodic: Vec::new(),
             path: RetrievalPath::SkippedEmptyStore,
             semantic_store_size,
             episodic_store_size,
+            semantic_index_cache: cache_outcome,
         });
     }
 
@@ -718,8 +966,6 @@ pub async fn search_layers(
             }
         },
     };
-    let model = embedder.map(|e| (e.model_id(), e.dimension()));
-    let dense_weight = embedder.map_or(1.0, |e| e.rrf_weight());
     let mode = if query_vector.is_some() {
         SearchMode::Hybrid
     } else {
@@ -727,12 +973,7 @@ pub async fn search_layers(
     };
 
     // Semantic: search 20, keep the first `semantic_keep` active facts.
-    let sem_index = MemoryIndex::build(
-        semantic.iter().map(|r| (&r.value, r.embedding.as_ref())),
-        model,
-    )
-    .with_dense_weight(dense_weight);
-    let sem_hits = sem_index.search(
+    let sem_hits = semantic.index.search(
         req.query,
         query_vector.as_deref(),
         mode,
@@ -741,12 +982,19 @@ pub async fn search_layers(
     let semantic_entries: Vec<WorkingMemoryEntry> = sem_hits
         .into_iter()
         .filter(|h| {
-            semantic[h.index]
+            semantic.records[h.index]
                 .as_fact()
                 .is_ok_and(|f: SemanticFact| f.is_active())
         })
         .take(semantic_keep)
-        .map(|h| entry(MemoryKind::Semantic, &semantic[h.index], h.score, false))
+        .map(|h| {
+            entry(
+                MemoryKind::Semantic,
+                &semantic.records[h.index],
+                h.score,
+                false,
+            )
+        })
         .collect();
 
     // Episodic: only visible arcs at most 30 days old are searched.
@@ -802,6 +1050,7 @@ pub async fn search_layers(
         path,
         semantic_store_size,
         episodic_store_size,
+        semantic_index_cache: cache_outcome,
     })
 }
 
@@ -816,8 +1065,23 @@ pub async fn retrieve(
     embedder: Option<&dyn Embedder>,
     req: &RetrievalRequest<'_>,
 ) -> Result<TurnMemory, RetrievalError> {
+    retrieve_cached(backend, embedder, None, req).await
+}
+
+/// [`retrieve`] with the semantic index taken from `cache` when current.
+///
+/// # Errors
+/// [`RetrievalError::Backend`] when the store fails. Embedding failures
+/// degrade to token recall.
+pub async fn retrieve_cached(
+    backend: &dyn MemoryBackend,
+    embedder: Option<&dyn Embedder>,
+    cache: Option<&IndexCache>,
+    req: &RetrievalRequest<'_>,
+) -> Result<TurnMemory, RetrievalError> {
     let started = Instant::now();
-    let hits = search_layers(backend, embedder, req, SEMANTIC_KEEP, EPISODIC_LIMIT).await?;
+    let hits =
+        search_layers_cached(backend, embedder, cache, req, SEMANTIC_KEEP, EPISODIC_LIMIT).await?;
     let profile = load_profile(backend, req.owner_id).await?;
     let procedural_rules: Vec<String> = profile.active_rules().map(|r| r.rule.clone()).collect();
 
@@ -830,6 +1094,7 @@ pub async fn retrieve(
     diagnostics.set("procedural_count", procedural_rules.len());
     diagnostics.set("proactive_recall", profile.proactive_recall_enabled);
     diagnostics.set("retrieval_path", hits.path.as_str());
+    diagnostics.set("semantic_index_cache", hits.semantic_index_cache.as_str());
 
     let catch_up = hits.episodic.iter().any(|e| e.is_catch_up);
     let summary = summary_line(
@@ -1294,6 +1559,125 @@ mod tests {
         assert!(m.proactive_recall_enabled);
         assert_eq!(m.diagnostics.get_bool("proactive_recall"), Some(true));
         assert_eq!(m.diagnostics.get("procedural_count"), Some(&Value::from(1)));
+    }
+
+    /// A backend that keeps no revision (nothing may be cached).
+    struct NoRevision(InMemoryBackend);
+
+    #[async_trait]
+    impl MemoryBackend for NoRevision {
+        async fn list(
+            &self,
+            owner_id: &str,
+            kind: MemoryKind,
+        ) -> Result<Vec<MemoryRecord>, BackendError> {
+            self.0.list(owner_id, kind).await
+        }
+        async fn put(&self, record: MemoryRecord) -> Result<(), BackendError> {
+            self.0.put(record).await
+        }
+        async fn update(&self, record: MemoryRecord) -> Result<bool, BackendError> {
+            self.0.update(record).await
+        }
+        async fn delete(
+            &self,
+            owner_id: &str,
+            kind: MemoryKind,
+            id: &str,
+        ) -> Result<bool, BackendError> {
+            self.0.delete(owner_id, kind, id).await
+        }
+    }
+
+    async fn cached(b: &dyn MemoryBackend, cache: &IndexCache, q: &str) -> TurnMemory {
+        retrieve_cached(b, None, Some(cache), &req(q, false))
+            .await
+            .unwrap()
+    }
+
+    fn cache_state(m: &TurnMemory) -> Option<&str> {
+        m.diagnostics.get_str("semantic_index_cache")
+    }
+
+    #[tokio::test]
+    async fn index_cache_follows_every_write() {
+        let b = InMemoryBackend::new();
+        let cache = IndexCache::default();
+        let anxious = fact("I get anxious before job interviews");
+        put_fact(&b, &anxious).await;
+        let m = cached(&b, &cache, "job interviews").await;
+        assert_eq!(cache_state(&m), Some("miss"));
+        assert_eq!(m.working_memory.len(), 1);
+        let m = cached(&b, &cache, "job interviews").await;
+        assert_eq!(cache_state(&m), Some("hit"));
+        assert_eq!(m.working_memory.len(), 1);
+        // A new fact is found on the next turn.
+        put_fact(&b, &fact("Another job interview went fine")).await;
+        let m = cached(&b, &cache, "job interviews").await;
+        assert_eq!(cache_state(&m), Some("miss"));
+        assert_eq!(m.working_memory.len(), 2);
+        // A deletion the person asked for is honoured on the very next turn.
+        assert!(
+            b.delete("u", MemoryKind::Semantic, &anxious.id)
+                .await
+                .unwrap()
+        );
+        let m = cached(&b, &cache, "job interviews").await;
+        assert_eq!(cache_state(&m), Some("miss"));
+        assert!(m.working_memory.iter().all(|e| e.key != anxious.id));
+        // Without the cache, or without a revision, nothing is cached.
+        let m = retrieve(&b, None, &req("job", false)).await.unwrap();
+        assert_eq!(cache_state(&m), Some("off"));
+        let plain = NoRevision(InMemoryBackend::new());
+        put_fact(&plain.0, &fact("job interviews")).await;
+        let fresh = IndexCache::default();
+        let m = cached(&plain, &fresh, "job interviews").await;
+        assert_eq!(cache_state(&m), Some("off"));
+        assert!(fresh.is_empty());
+    }
+
+    #[tokio::test]
+    async fn index_cache_is_per_owner_and_bounded() {
+        let b = InMemoryBackend::new();
+        let cache = IndexCache::new(3);
+        for owner in ["a", "b"] {
+            for i in 0..2 {
+                let f = fact(&format!("work stress {owner} {i}"));
+                b.put(MemoryRecord::from_fact(owner, &f, None))
+                    .await
+                    .unwrap();
+            }
+        }
+        let ask = |owner: &'static str| {
+            let b = &b;
+            let cache = &cache;
+            async move {
+                retrieve_cached(
+                    b,
+                    None,
+                    Some(cache),
+                    &RetrievalRequest {
+                        owner_id: owner,
+                        query: "work stress",
+                        first_turn_of_session: false,
+                        now: Utc::now(),
+                    },
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let m = ask("a").await;
+        assert!(m.working_memory.iter().all(|e| e.text.contains(" a ")));
+        assert_eq!(cache.len(), 1);
+        // b does not fit beside a (2 + 2 > 3): a, the least recently used, goes.
+        let m = ask("b").await;
+        assert!(m.working_memory.iter().all(|e| e.text.contains(" b ")));
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache_state(&ask("b").await), Some("hit"));
+        assert_eq!(cache_state(&ask("a").await), Some("miss"));
+        cache.invalidate("a");
+        assert!(cache.is_empty());
     }
 
     #[test]

@@ -28,9 +28,19 @@ struct Inner {
     threads: HashMap<String, ThreadData>,
     sessions: BTreeMap<String, ActiveSession>,
     memory: HashMap<(String, MemoryKind), Vec<MemoryRecord>>,
+    memory_revisions: HashMap<(String, MemoryKind), u64>,
     crisis: Vec<CrisisRecord>,
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
+}
+
+impl Inner {
+    fn bump_revision(&mut self, owner_id: &str, kind: MemoryKind) {
+        *self
+            .memory_revisions
+            .entry((owner_id.to_owned(), kind))
+            .or_insert(0) += 1;
+    }
 }
 
 /// The in-memory backend (implements every store trait).
@@ -231,6 +241,7 @@ impl MemoryStore for MemoryBackend {
             });
         }
         list.push(record.clone());
+        inner.bump_revision(&record.owner_id, record.kind);
         Ok(())
     }
 
@@ -267,6 +278,7 @@ impl MemoryStore for MemoryBackend {
         match list.iter_mut().find(|r| r.id == record.id) {
             Some(slot) => {
                 *slot = record.clone();
+                inner.bump_revision(&record.owner_id, record.kind);
                 Ok(true)
             }
             None => Ok(false),
@@ -280,7 +292,11 @@ impl MemoryStore for MemoryBackend {
         };
         let before = list.len();
         list.retain(|r| r.id != id);
-        Ok(list.len() != before)
+        let deleted = list.len() != before;
+        if deleted {
+            inner.bump_revision(owner_id, kind);
+        }
+        Ok(deleted)
     }
 
     async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
@@ -289,6 +305,15 @@ impl MemoryStore for MemoryBackend {
             .memory
             .get(&(owner_id.to_owned(), kind))
             .map_or(0, |l| l.len() as u64))
+    }
+
+    async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
+        Ok(self
+            .lock()
+            .memory_revisions
+            .get(&(owner_id.to_owned(), kind))
+            .copied()
+            .unwrap_or(0))
     }
 }
 

@@ -548,6 +548,17 @@ impl MemoryStore for PgStores {
         .await?;
         to_u64(n, "memory_records", "count")
     }
+
+    async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
+        let n: Option<i64> = sqlx::query_scalar(
+            "SELECT revision FROM memory_revisions WHERE owner_id = $1 AND namespace_kind = $2",
+        )
+        .bind(owner_id)
+        .bind(kind.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        to_u64(n.unwrap_or(0), "memory_revisions", "revision")
+    }
 }
 
 #[async_trait]

@@ -127,6 +127,12 @@ pub trait MemoryStore: Send + Sync {
 
     /// Number of records in the namespace.
     async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64>;
+
+    /// The namespace's revision: a counter that changes on every insert,
+    /// update and delete in the namespace, by any process sharing the store
+    /// (0 before the first write). Reads never change it. Caches of the
+    /// namespace's content compare it to know whether they are current.
+    async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64>;
 }
 
 /// The crisis audit log. Appends are bounded by the caller (250 ms) and must

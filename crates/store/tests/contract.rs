@@ -477,6 +477,68 @@ async fn memory_records(s: &Stores) {
     );
 }
 
+/// Every write changes the namespace's revision; reads, failed writes and
+/// other namespaces' writes do not.
+async fn memory_revisions(s: &Stores) {
+    let rev = |owner: &'static str, kind: MemoryKind| async move {
+        s.memory.revision(owner, kind).await.expect("revision")
+    };
+    assert_eq!(rev("u1", MemoryKind::Semantic).await, 0, "never written");
+    let a = record("u1", MemoryKind::Semantic, "r-a", 1);
+    s.memory.put(&a).await.expect("put");
+    let r1 = rev("u1", MemoryKind::Semantic).await;
+    assert_ne!(r1, 0);
+    // Reads and no-op writes leave it alone.
+    s.memory
+        .list("u1", MemoryKind::Semantic)
+        .await
+        .expect("list");
+    s.memory
+        .get("u1", MemoryKind::Semantic, "r-a")
+        .await
+        .expect("get");
+    assert!(
+        !s.memory
+            .update(&record("u1", MemoryKind::Semantic, "ghost", 0))
+            .await
+            .expect("update missing")
+    );
+    assert!(
+        !s.memory
+            .delete("u1", MemoryKind::Semantic, "ghost")
+            .await
+            .expect("delete missing")
+    );
+    assert!(s.memory.put(&a).await.is_err(), "duplicate refused");
+    assert_eq!(rev("u1", MemoryKind::Semantic).await, r1);
+    // Other namespaces are independent.
+    s.memory
+        .put(&record("u1", MemoryKind::Episodic, "r-e", 2))
+        .await
+        .expect("put episodic");
+    s.memory
+        .put(&record("u2", MemoryKind::Semantic, "r-a", 3))
+        .await
+        .expect("put other owner");
+    assert_eq!(rev("u1", MemoryKind::Semantic).await, r1);
+    assert_ne!(rev("u1", MemoryKind::Episodic).await, 0);
+    // Update and delete each move it.
+    let mut a2 = a.clone();
+    a2.value = json!({"n": 2});
+    assert!(s.memory.update(&a2).await.expect("update"));
+    let r2 = rev("u1", MemoryKind::Semantic).await;
+    assert_ne!(r2, r1);
+    assert!(
+        s.memory
+            .delete("u1", MemoryKind::Semantic, "r-a")
+            .await
+            .expect("delete")
+    );
+    let r3 = rev("u1", MemoryKind::Semantic).await;
+    assert_ne!(r3, r2);
+    assert_ne!(r3, r1);
+}
+
 fn crisis(session: &str, at: DateTime<Utc>, level: u8, path: ResponsePath) -> CrisisRecord {
     let mut r = CrisisRecord::crisis_response(
         Some(session),
@@ -870,6 +932,7 @@ contract!(
     commit_is_all_or_nothing,
     sessions_lifecycle,
     memory_records,
+    memory_revisions,
     crisis_log,
     feedback_and_voice,
     concurrent_turns_serialize,

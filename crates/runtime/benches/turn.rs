@@ -5,6 +5,11 @@
 //! HTTP round trips, not model latency). 2,000 turns over 50 threads each;
 //! prints p50 / p99 / max per mode.
 //!
+//! Hybrid mode also extracts memory candidates in the background after
+//! eligible turns; the bench reports the extra extraction calls per turn
+//! and, separately, how long after the reply the background extraction
+//! lands in the session buffer.
+//!
 //! Run: `cargo bench -p opencouch-runtime --bench turn`
 
 use std::sync::Arc;
@@ -89,6 +94,10 @@ fn main() {
 
         let fake = FakeOpenAi::start().await;
         fake.always_when(
+            Match::body_contains("ExtractionReply"),
+            Reply::json(json!({"facts": [], "rules": []})),
+        );
+        fake.always_when(
             Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
             Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
         );
@@ -114,5 +123,47 @@ fn main() {
         let opts = RuntimeOptions { mode: RuntimeMode::Hybrid, ..Default::default() };
         let hybrid = Runtime::persistent(Stores::in_memory(), Some(Arc::new(client)), opts);
         measure("hybrid (fake)", &hybrid).await;
+        let extraction_calls = fake
+            .requests()
+            .iter()
+            .filter(|r| r.raw_body.contains("ExtractionReply"))
+            .count();
+        println!(
+            "{:>14}: {extraction_calls} extraction calls over {} turns ({:.2} per turn)",
+            "hybrid (fake)",
+            TURNS + 20,
+            extraction_calls as f64 / (TURNS + 20) as f64
+        );
+        background(&hybrid).await;
     });
+}
+
+/// Time from a hybrid turn's reply until its background extraction is in
+/// the session buffer (the turn is not waiting for it).
+async fn background(rt: &Runtime) {
+    let _ = rt.flush_memory_extraction(Duration::from_secs(30)).await;
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let input = AgentInput::new(format!("bg-{}", i % THREADS), MESSAGES[i % 3]);
+        if rt.run_turn(input).await.is_err() {
+            continue;
+        }
+        let t = Instant::now();
+        let out = rt.flush_memory_extraction(Duration::from_secs(30)).await;
+        if out.finished_in_time {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort_unstable();
+    if times.is_empty() {
+        println!("background extraction: no measurements");
+        return;
+    }
+    println!(
+        "{:>14}: {} turns  after-reply p50 {:>8.3} ms  p99 {:>8.3} ms",
+        "bg extraction",
+        times.len(),
+        percentile(&times, 0.50).as_secs_f64() * 1e3,
+        percentile(&times, 0.99).as_secs_f64() * 1e3,
+    );
 }

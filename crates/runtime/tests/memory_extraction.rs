@@ -720,3 +720,77 @@ async fn deterministic_mode_keeps_inline_extraction() {
         PolicyAction::CommitAtSessionEnd
     );
 }
+
+/// Two runtimes on one PostgreSQL database stand for two server processes
+/// (separate pools and in-process lock maps; only the advisory lock is
+/// shared). A's background job applies while B runs turns on the same
+/// thread: every turn's candidates end up in the one session buffer (no
+/// lost update), and once B has ended the session, a late job of A writes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extraction_across_processes_on_postgres() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let fake = fake().await;
+    let people = ["Sarah", "Tom", "Ana", "Lee"];
+    for (i, name) in people.iter().enumerate() {
+        let quote = format!("my friend {name}");
+        let mut reply = Reply::json(json!({
+            "facts": [fact_json("relationship", "Person", name, "KNOWS", &quote, "commit_at_session_end")],
+            "rules": []
+        }));
+        if i == 0 {
+            reply = reply.with_latency(Duration::from_millis(1500));
+        }
+        fake.push_when(
+            extraction().and(Match::last_user_contains(&format!("{quote} again"))),
+            reply,
+        );
+    }
+    let connect = || async {
+        opencouch_store::PgStores::connect(db.url())
+            .await
+            .expect("connect")
+            .into_stores()
+    };
+    let a = runtime_on(connect().await, &fake, opts(Duration::from_secs(10)));
+    let b = runtime_on(connect().await, &fake, opts(Duration::from_secs(10)));
+    let thread = "x-pg";
+    turn(&a, thread, "I saw my friend Sarah again today").await;
+    for name in &people[1..] {
+        turn(&b, thread, &format!("I saw my friend {name} again today")).await;
+    }
+    flush(&b).await;
+    flush(&a).await;
+    let mut held: Vec<String> = buffer(&b, thread)
+        .await
+        .held_semantic
+        .iter()
+        .filter_map(|h| match &h.candidate.body {
+            CandidateBody::Semantic(s) => Some(s.object.identifier.clone()),
+            CandidateBody::Procedural(_) => None,
+        })
+        .collect();
+    held.sort_unstable();
+    assert_eq!(held, ["Ana", "Lee", "Sarah", "Tom"]);
+
+    // A late job of A after B ended the session: dropped.
+    fake.push_when(
+        extraction(),
+        Reply::json(json!({
+            "facts": [fact_json("relationship", "Person", "Kim", "KNOWS", "my friend Kim", "commit_at_session_end")],
+            "rules": []
+        }))
+        .with_latency(Duration::from_secs(2)),
+    );
+    turn(&a, thread, "I saw my friend Kim last night").await;
+    b.end_session(thread, None, None, FeedbackSource::ApiEnd)
+        .await
+        .expect("end");
+    turn(&b, thread, "I slept badly again").await;
+    flush(&a).await;
+    flush(&b).await;
+    let b_buf = buffer(&b, thread).await;
+    assert!(b_buf.held_semantic.is_empty(), "{:?}", held_summary(&b_buf));
+}

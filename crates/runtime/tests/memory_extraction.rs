@@ -744,7 +744,7 @@ async fn extraction_across_processes_on_postgres() {
             reply = reply.with_latency(Duration::from_millis(1500));
         }
         fake.push_when(
-            extraction().and(Match::last_user_contains(&format!("{quote} again"))),
+            extraction().and(Match::last_user_contains(format!("{quote} again"))),
             reply,
         );
     }

@@ -36,7 +36,7 @@ impl LlmPolicyModel {
 
     async fn ask<T>(&self, prompt: MemoryPrompt, user: String) -> Result<T, PolicyModelError>
     where
-        T: DeserializeOwned + JsonSchema,
+        T: DeserializeOwned + JsonSchema + 'static,
     {
         let system = memory_prompt(prompt).map_err(|e| {
             tracing::error!(error = %e, "memory prompt unavailable");

@@ -1,6 +1,10 @@
 //! Structured output: JSON Schema from Rust types (schemars), OpenAI
 //! strict-mode shaping, validation (jsonschema), one repair attempt.
 
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use opencouch_core::ModelTier;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -133,6 +137,42 @@ fn check<T: DeserializeOwned>(
     })
 }
 
+/// The strict schema, its name and its compiled validator for one type.
+struct Compiled {
+    name: String,
+    schema: Value,
+    validator: jsonschema::Validator,
+}
+
+/// Schemas and validators are built once per type: generating a schema and
+/// compiling its validator costs more than validating a reply, and every
+/// structured call of a turn would otherwise pay it again.
+fn compiled<T: JsonSchema + 'static>() -> Result<Arc<Compiled>, LlmError> {
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<Compiled>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = TypeId::of::<T>();
+    if let Some(c) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let schema = strict_schema_for::<T>();
+    let name = schema_name_for::<T>();
+    let validator = jsonschema::validator_for(&schema).map_err(|_| {
+        LlmError::Config(format!(
+            "generated schema for {name} is not a valid JSON Schema"
+        ))
+    })?;
+    let c = Arc::new(Compiled {
+        name,
+        schema,
+        validator,
+    });
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, c.clone());
+    Ok(c)
+}
+
 /// A structured reply with how it was obtained.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Structured<T> {
@@ -152,7 +192,7 @@ pub async fn structured<T, M>(
     user: &str,
 ) -> Result<T, LlmError>
 where
-    T: DeserializeOwned + JsonSchema,
+    T: DeserializeOwned + JsonSchema + 'static,
     M: ChatModel + ?Sized,
 {
     let messages = vec![ChatMessage::system(system), ChatMessage::user(user)];
@@ -172,16 +212,11 @@ pub async fn structured_with<T, M>(
     mut messages: Vec<ChatMessage>,
 ) -> Result<Structured<T>, LlmError>
 where
-    T: DeserializeOwned + JsonSchema,
+    T: DeserializeOwned + JsonSchema + 'static,
     M: ChatModel + ?Sized,
 {
-    let schema = strict_schema_for::<T>();
-    let name = schema_name_for::<T>();
-    let validator = jsonschema::validator_for(&schema).map_err(|_| {
-        LlmError::Config(format!(
-            "generated schema for {name} is not a valid JSON Schema"
-        ))
-    })?;
+    let compiled = compiled::<T>()?;
+    let (name, schema, validator) = (&compiled.name, &compiled.schema, &compiled.validator);
     let format = ResponseFormat::JsonSchema {
         name: name.clone(),
         schema: schema.clone(),
@@ -194,7 +229,7 @@ where
         if resp.refusal.is_some() && resp.text.is_none() {
             last_reason = "the model refused".to_owned();
         } else {
-            match check::<T>(resp.text.as_deref(), &validator) {
+            match check::<T>(resp.text.as_deref(), validator) {
                 Ok(value) => {
                     return Ok(Structured {
                         value,

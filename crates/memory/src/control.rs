@@ -15,10 +15,12 @@ use opencouch_core::{MemoryMode, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::assist::{PolicyModel, validate_preference_rule};
 use crate::backend::{
     BackendError, MemoryBackend, active_facts, load_profile, save_profile, visible_arcs,
 };
 use crate::lexicon::{contains_phrase, fold, lexicon};
+use crate::policy::RuleOutcome;
 use crate::retrieval::{Embedder, RetrievalRequest, haystack, lexical_score, search_layers};
 use crate::text::meaningful_set;
 use crate::types::{
@@ -315,6 +317,11 @@ fn options_prompt(targets: &[DeleteTarget]) -> String {
     s
 }
 
+/// The reply when a preference would weaken crisis support (the write
+/// policy drops such rules, explicit or not).
+pub const SAFETY_PREFERENCE_REPLY: &str = "I can't save that one: if things ever get really hard, I always need to be able to \
+     check you're safe and share crisis support. I'm happy to remember other preferences about how I talk with you.";
+
 /// Maximum options offered for one query.
 pub const MAX_DELETE_OPTIONS: usize = 5;
 
@@ -394,12 +401,25 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
 #[derive(Clone)]
 pub struct MemoryControlService {
     backend: Arc<dyn MemoryBackend>,
+    policy_model: Option<Arc<dyn PolicyModel>>,
 }
 
 impl MemoryControlService {
-    /// A service over a backend.
+    /// A service over a backend (deterministic: no policy model).
     pub fn new(backend: Arc<dyn MemoryBackend>) -> Self {
-        MemoryControlService { backend }
+        MemoryControlService {
+            backend,
+            policy_model: None,
+        }
+    }
+
+    /// Uses `model` (hybrid mode) to word saved preferences and to
+    /// reconcile them with the active rules; every model failure falls back
+    /// to the deterministic path.
+    #[must_use]
+    pub fn with_policy_model(mut self, model: Arc<dyn PolicyModel>) -> Self {
+        self.policy_model = Some(model);
+        self
     }
 
     /// The backend.
@@ -581,21 +601,49 @@ impl MemoryControlService {
         })
     }
 
+    /// The rule text for an explicit preference: the policy model's
+    /// wording when it passes [`validate_preference_rule`], else
+    /// [`normalize_preference`]. Returns the rule and how it was written.
+    async fn preference_rule(&self, text: &str) -> Result<(String, &'static str), ControlError> {
+        let deterministic = normalize_preference(text);
+        if matches!(deterministic, Err(ControlError::BlankPreference)) {
+            return Err(ControlError::BlankPreference);
+        }
+        let Some(model) = &self.policy_model else {
+            return deterministic.map(|r| (r, "deterministic"));
+        };
+        match model.normalize_preference(text).await {
+            Ok(reply) => {
+                if let Some(rule) = validate_preference_rule(&reply.rule, text) {
+                    return Ok((rule, "model"));
+                }
+                tracing::warn!(
+                    "model preference rule failed validation; using the deterministic rule"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "preference model failed; using the deterministic rule");
+            }
+        }
+        deterministic.map(|r| (r, "fallback"))
+    }
+
     async fn save_preference(
         &self,
         owner: &str,
         text: &str,
         now: DateTime<Utc>,
     ) -> Result<ControlOutcome, ControlError> {
-        let rule_text = normalize_preference(text)?;
-        let b = self.backend.as_ref();
-        let mut profile = load_profile(b, owner).await?;
-        if crate::policy::rule_is_duplicate(&profile.rules, &rule_text) {
+        let (rule_text, path) = self.preference_rule(text).await?;
+        if crate::policy::is_safety_conflict(&rule_text) || crate::policy::is_safety_conflict(text)
+        {
             return Ok(ControlOutcome {
-                data: json!({"rule": rule_text, "duplicate": true}),
-                ..ControlOutcome::reply(format!("Already saved: {rule_text}"), PendingChange::Keep)
+                data: json!({"saved": false, "reason": "safety_conflict"}),
+                ..ControlOutcome::reply(SAFETY_PREFERENCE_REPLY, PendingChange::Keep)
             });
         }
+        let b = self.backend.as_ref();
+        let mut profile = load_profile(b, owner).await?;
         let quote = crate::policy::clip_quote(text);
         let rule = ProceduralRule::new(
             &rule_text,
@@ -605,13 +653,33 @@ impl MemoryControlService {
             "explicit_user_request",
             now,
         )?;
-        profile.rules.push(rule);
-        save_profile(b, owner, &profile, now).await?;
-        Ok(ControlOutcome {
-            side_effect: true,
-            data: json!({"rule": rule_text, "duplicate": false}),
-            ..ControlOutcome::reply(format!("Saved: {rule_text}"), PendingChange::Keep)
-        })
+        let (outcome, _) =
+            crate::policy::add_rule(&mut profile, rule, self.policy_model.as_deref(), now).await;
+        match outcome {
+            RuleOutcome::Skipped { existing } => {
+                let shown = existing.unwrap_or_else(|| rule_text.clone());
+                Ok(ControlOutcome {
+                    data: json!({"rule": shown, "duplicate": true, "rule_path": path}),
+                    ..ControlOutcome::reply(format!("Already saved: {shown}"), PendingChange::Keep)
+                })
+            }
+            RuleOutcome::Added | RuleOutcome::Replaced { .. } => {
+                save_profile(b, owner, &profile, now).await?;
+                let mut data = json!({"rule": rule_text, "duplicate": false, "rule_path": path});
+                let reply = match outcome {
+                    RuleOutcome::Replaced { retired } => {
+                        data["replaced"] = Value::from(retired.clone());
+                        format!("Saved: {rule_text} (this replaces: {retired})")
+                    }
+                    _ => format!("Saved: {rule_text}"),
+                };
+                Ok(ControlOutcome {
+                    side_effect: true,
+                    data,
+                    ..ControlOutcome::reply(reply, PendingChange::Keep)
+                })
+            }
+        }
     }
 
     async fn forget_by_query(
@@ -1458,6 +1526,147 @@ mod tests {
         let p = load_profile(svc.backend(), "u").await.unwrap();
         assert_eq!(p.rules.len(), 1);
         assert_eq!(p.rules[0].source, RuleSource::ExplicitUser);
+    }
+
+    #[tokio::test]
+    async fn save_preference_with_model_table() {
+        use crate::assist::testing::ScriptedPolicyModel;
+        use crate::assist::{PolicyModelError, PreferenceReply, RuleAction, RuleDecision};
+        let ok = |r: &str| Ok(PreferenceReply { rule: r.to_owned() });
+        // (user text, model answer, saved rule, rule_path)
+        type Case = (
+            &'static str,
+            Result<PreferenceReply, PolicyModelError>,
+            &'static str,
+            &'static str,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "you call me Sam",
+                ok("You prefer to be called Sam."),
+                "You prefer to be called Sam.",
+                "model",
+            ),
+            (
+                "short answers",
+                ok("You prefer short answers"),
+                "You prefer short answers.",
+                "model",
+            ),
+            (
+                "short answers",
+                ok("Keep it short."),
+                "You prefer short answers.",
+                "fallback",
+            ),
+            (
+                "short answers",
+                ok("You prefer no hotlines."),
+                "You prefer short answers.",
+                "fallback",
+            ),
+            (
+                "short answers",
+                Err(PolicyModelError::Timeout),
+                "You prefer short answers.",
+                "fallback",
+            ),
+        ];
+        for (text, answer, want, path) in cases {
+            let b = Arc::new(InMemoryBackend::new());
+            let model = Arc::new(ScriptedPolicyModel::default());
+            model.prefs.lock().unwrap().push_back(answer);
+            let svc = MemoryControlService::new(b.clone()).with_policy_model(model.clone());
+            let o = svc
+                .handle(
+                    &ctx(MemoryMode::Persistent),
+                    MemoryAction::SavePreference {
+                        preference_text: text.into(),
+                    },
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(o.reply, format!("Saved: {want}"), "{text}");
+            assert_eq!(o.data["rule_path"], path, "{text}");
+            let p = load_profile(b.as_ref(), "u").await.unwrap();
+            assert_eq!(p.rules.len(), 1);
+            assert_eq!(p.rules[0].rule, want);
+            assert_eq!(p.rules[0].write_timing, WriteTiming::Immediate);
+            assert_eq!(
+                model.calls(),
+                1,
+                "no active rules: no reconciliation question"
+            );
+        }
+
+        // With an active rule the model reconciles: replace retires it.
+        let b = Arc::new(InMemoryBackend::new());
+        let model = Arc::new(ScriptedPolicyModel::default());
+        model.prefs.lock().unwrap().extend([
+            ok("You prefer short answers."),
+            ok("You prefer longer answers."),
+        ]);
+        model.rules.lock().unwrap().push_back(Ok(RuleDecision {
+            action: RuleAction::Replace,
+            target_index: Some(0),
+            confidence: opencouch_core::Confidence::High,
+        }));
+        let svc = MemoryControlService::new(b.clone()).with_policy_model(model.clone());
+        for text in ["short answers", "longer answers"] {
+            svc.handle(
+                &ctx(MemoryMode::Persistent),
+                MemoryAction::SavePreference {
+                    preference_text: text.into(),
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        }
+        let p = load_profile(b.as_ref(), "u").await.unwrap();
+        let active: Vec<&str> = p.active_rules().map(|r| r.rule.as_str()).collect();
+        assert_eq!(active, ["You prefer longer answers."]);
+        assert_eq!(p.archived_rules.len(), 1);
+        assert_eq!(model.calls(), 3);
+        // Blank text never reaches the model.
+        let r = svc
+            .handle(
+                &ctx(MemoryMode::Persistent),
+                MemoryAction::SavePreference {
+                    preference_text: "  ".into(),
+                },
+                None,
+            )
+            .await;
+        assert!(matches!(r, Err(ControlError::BlankPreference)));
+        assert_eq!(model.calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn safety_weakening_preference_is_not_saved() {
+        let (svc, _) = seeded().await;
+        for text in ["no hotlines please", "you never give me crisis resources"] {
+            let o = svc
+                .handle(
+                    &ctx(MemoryMode::Persistent),
+                    MemoryAction::SavePreference {
+                        preference_text: text.into(),
+                    },
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(o.reply, SAFETY_PREFERENCE_REPLY, "{text}");
+            assert!(!o.side_effect);
+        }
+        assert!(
+            load_profile(svc.backend(), "u")
+                .await
+                .unwrap()
+                .rules
+                .is_empty()
+        );
     }
 
     #[test]

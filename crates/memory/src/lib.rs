@@ -7,6 +7,8 @@
 //!   RRF k=60), first-turn catch-up, diagnostics;
 //! - [`policy`]: the app-owned write policy (hard clamps, small-talk gate,
 //!   deterministic extractor, session buffer, promotion, reconciliation);
+//! - [`assist`]: the model side of the write policy in hybrid mode (the
+//!   [`assist::PolicyModel`] contract and the validation of what it proposes);
 //! - [`control`]: the memory-control service shared by chat, API and voice
 //!   (prepare → confirm/cancel deletions, the 9 tools, the intent gate);
 //! - `embed_local` (feature `local-embeddings`): all-MiniLM-L6-v2 on CPU;
@@ -15,6 +17,7 @@
 //! Persistence goes through the small [`backend::MemoryBackend`] trait so
 //! the store crate plugs in with a thin adapter.
 
+pub mod assist;
 pub mod backend;
 pub mod control;
 #[cfg(feature = "local-embeddings")]

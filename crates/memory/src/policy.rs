@@ -27,7 +27,19 @@ use crate::types::{
 };
 
 /// What the policy decides for a candidate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyAction {
     /// Write immediately (procedural only, and only on an explicit request).
@@ -512,6 +524,36 @@ pub struct SessionMemoryBuffer {
     /// Turns per therapeutic approach in this session.
     #[serde(default)]
     pub approach_counts: BTreeMap<Approach, u32>,
+    /// How model extraction went in this session (counts only, no content).
+    #[serde(default, skip_serializing_if = "ExtractionStats::is_zero")]
+    pub extraction: ExtractionStats,
+}
+
+/// Per-session counters of model extraction (hybrid mode). Counts only:
+/// they are diagnostics and never carry content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExtractionStats {
+    /// Turns the model extracted.
+    #[serde(default)]
+    pub model: u32,
+    /// Turns where the model failed or timed out and the deterministic
+    /// extractor ran instead.
+    #[serde(default)]
+    pub fallback: u32,
+    /// Model proposals rejected before the clamps (invented evidence,
+    /// invalid entities or rules).
+    #[serde(default)]
+    pub rejected: u32,
+    /// Candidates the hard clamps dropped.
+    #[serde(default)]
+    pub clamped: u32,
+}
+
+impl ExtractionStats {
+    /// Whether every counter is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What happened to a candidate offered to the buffer.
@@ -825,7 +867,7 @@ pub struct ReconcileDecision {
 }
 
 /// The reconciliation actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReconcileAction {
     /// The new fact confirms existing ones: refresh them, write nothing new.
@@ -995,11 +1037,155 @@ pub struct CommitSummary {
     pub rules_added: usize,
     /// Rules skipped as duplicates.
     pub rules_skipped: usize,
+    /// Existing rules retired by a replacement.
+    pub rules_replaced: usize,
+    /// Reconciliation questions put to the policy model.
+    pub model_calls: usize,
+    /// Model answers that failed, timed out or named an invalid index (the
+    /// deterministic default applied: coexist / append).
+    pub model_fallbacks: usize,
 }
 
-/// Reconciles and writes a promotion (deterministic: exact duplicates bump,
-/// everything else coexists; procedural exact duplicates are skipped). New
-/// facts are embedded when an embedder is given (failures store no vector).
+/// At most this many reconciliation questions go to the model per
+/// promotion; the rest take the deterministic default.
+pub const MAX_RECONCILE_MODEL_CALLS: usize = 8;
+
+/// How a new rule meets the active rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleReconciliation {
+    /// Add it.
+    Append,
+    /// Retire the active rule at this index and add the new one.
+    Replace(usize),
+    /// Write nothing; the index names the equivalent rule when known.
+    Skip(Option<usize>),
+}
+
+/// Applies a model's rule decision: low confidence means append; an index
+/// outside `0..len` is an error.
+///
+/// # Errors
+/// [`PolicyError::InvalidIndex`] for a bad index, [`PolicyError::NoTarget`]
+/// for a replace without one.
+pub fn decide_rule(
+    len: usize,
+    d: &crate::assist::RuleDecision,
+) -> Result<RuleReconciliation, PolicyError> {
+    use crate::assist::RuleAction;
+    if let Some(index) = d.target_index.filter(|&i| i >= len) {
+        return Err(PolicyError::InvalidIndex { index, len });
+    }
+    if d.confidence == opencouch_core::Confidence::Low {
+        return Ok(RuleReconciliation::Append);
+    }
+    match (d.action, d.target_index) {
+        (RuleAction::Append, _) => Ok(RuleReconciliation::Append),
+        (RuleAction::Skip, i) => Ok(RuleReconciliation::Skip(i)),
+        (RuleAction::Replace, Some(i)) => Ok(RuleReconciliation::Replace(i)),
+        (RuleAction::Replace, None) => Err(PolicyError::NoTarget),
+    }
+}
+
+/// What [`add_rule`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleOutcome {
+    /// Appended.
+    Added,
+    /// Appended, retiring the rule with this text.
+    Replaced {
+        /// The retired rule's text.
+        retired: String,
+    },
+    /// Not written; an equivalent rule (this text) is active.
+    Skipped {
+        /// The equivalent rule's text, when known.
+        existing: Option<String>,
+    },
+}
+
+/// Whether and how the policy model took part in a reconciliation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModelUse {
+    /// The model was asked.
+    pub called: bool,
+    /// Its answer was not used (failure, timeout or invalid index).
+    pub fell_back: bool,
+}
+
+/// Adds `rule` to `profile` through procedural reconciliation: an exact
+/// duplicate is skipped; otherwise, when a model is given and active rules
+/// exist, the model chooses append / replace / skip (low confidence →
+/// append; failure or an invalid index → append). A replaced rule is retired
+/// into `archived_rules`. The caller saves the profile.
+pub async fn add_rule(
+    profile: &mut crate::types::ProceduralProfile,
+    rule: ProceduralRule,
+    model: Option<&dyn crate::assist::PolicyModel>,
+    now: DateTime<Utc>,
+) -> (RuleOutcome, ModelUse) {
+    let mut used = ModelUse::default();
+    if let Some(existing) = profile
+        .active_rules()
+        .find(|r| normalize_rule(&r.rule) == normalize_rule(&rule.rule))
+    {
+        let existing = Some(existing.rule.clone());
+        return (RuleOutcome::Skipped { existing }, used);
+    }
+    let (decision, picked) = {
+        let active: Vec<&ProceduralRule> = profile.active_rules().collect();
+        let decision = match model {
+            Some(m) if !active.is_empty() => {
+                used.called = true;
+                match m.reconcile_rule(&active, &rule).await {
+                    Ok(d) => decide_rule(active.len(), &d).unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "rule reconciliation answer unusable; appending");
+                        used.fell_back = true;
+                        RuleReconciliation::Append
+                    }),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "rule reconciliation model failed; appending");
+                        used.fell_back = true;
+                        RuleReconciliation::Append
+                    }
+                }
+            }
+            _ => RuleReconciliation::Append,
+        };
+        let picked = match decision {
+            RuleReconciliation::Replace(i) | RuleReconciliation::Skip(Some(i)) => {
+                active.get(i).map(|r| (r.id.clone(), r.rule.clone()))
+            }
+            _ => None,
+        };
+        (decision, picked)
+    };
+    match (decision, picked) {
+        (RuleReconciliation::Skip(_), picked) => (
+            RuleOutcome::Skipped {
+                existing: picked.map(|(_, text)| text),
+            },
+            used,
+        ),
+        (RuleReconciliation::Replace(_), Some((old_id, retired))) => {
+            if let Some(pos) = profile.rules.iter().position(|r| r.id == old_id) {
+                let mut old = profile.rules.remove(pos);
+                old.dormant_at = Some(now);
+                old.superseded_by = Some(rule.id.clone());
+                profile.archived_rules.push(old);
+            }
+            profile.rules.push(rule);
+            (RuleOutcome::Replaced { retired }, used)
+        }
+        (RuleReconciliation::Append | RuleReconciliation::Replace(_), _) => {
+            profile.rules.push(rule);
+            (RuleOutcome::Added, used)
+        }
+    }
+}
+
+/// Reconciles and writes a promotion without a model (exact duplicates
+/// bump, everything else coexists; procedural exact duplicates are
+/// skipped). See [`commit_promotion_with`].
 ///
 /// # Errors
 /// [`PolicyError::Backend`] when the store fails.
@@ -1010,12 +1196,56 @@ pub async fn commit_promotion(
     promotion: Promotion,
     now: DateTime<Utc>,
 ) -> Result<CommitSummary, PolicyError> {
+    commit_promotion_with(backend, embedder, None, owner_id, promotion, now).await
+}
+
+/// Reconciles and writes a promotion.
+///
+/// Facts: an empty slot inserts; an exact duplicate (normalized identifier
+/// and evidence) bumps; otherwise, with a `model`, the model chooses bump /
+/// supersede / coexist (low confidence → coexist; a failure or an invalid
+/// index → coexist for that fact, logged without content); without one, the
+/// facts coexist. Rules go through [`add_rule`]. New facts are embedded when
+/// an embedder is given (failures store no vector).
+///
+/// # Errors
+/// [`PolicyError::Backend`] when the store fails.
+pub async fn commit_promotion_with(
+    backend: &dyn MemoryBackend,
+    embedder: Option<&dyn Embedder>,
+    model: Option<&dyn crate::assist::PolicyModel>,
+    owner_id: &str,
+    promotion: Promotion,
+    now: DateTime<Utc>,
+) -> Result<CommitSummary, PolicyError> {
     let mut summary = CommitSummary::default();
     let mut existing = active_facts(backend, owner_id).await?;
     let mut touched: HashSet<String> = HashSet::new();
     let mut inserts = Vec::new();
     for fact in promotion.facts {
-        let outcome = reconcile_semantic(&existing, &fact, None)?;
+        let mut outcome = reconcile_semantic(&existing, &fact, None)?;
+        if outcome == Reconciliation::Coexist
+            && let Some(m) = model
+            && summary.model_calls < MAX_RECONCILE_MODEL_CALLS
+        {
+            summary.model_calls += 1;
+            let slot = slot_of(&existing, &fact);
+            outcome = match m.reconcile_fact(&slot, &fact).await {
+                Ok(reply) => match reconcile_semantic(&existing, &fact, Some(&reply.into())) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "fact reconciliation answer unusable; coexisting");
+                        summary.model_fallbacks += 1;
+                        Reconciliation::Coexist
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "fact reconciliation model failed; coexisting");
+                    summary.model_fallbacks += 1;
+                    Reconciliation::Coexist
+                }
+            };
+        }
         match &outcome {
             Reconciliation::Bump(ids) => {
                 summary.facts_bumped += ids.len();
@@ -1057,16 +1287,62 @@ pub async fn commit_promotion(
     if !promotion.rules.is_empty() {
         let mut profile = load_profile(backend, owner_id).await?;
         for rule in promotion.rules {
-            if rule_is_duplicate(&profile.rules, &rule.rule) {
-                summary.rules_skipped += 1;
-            } else {
-                profile.rules.push(rule);
-                summary.rules_added += 1;
+            let model = model.filter(|_| summary.model_calls < MAX_RECONCILE_MODEL_CALLS);
+            let (outcome, used) = add_rule(&mut profile, rule, model, now).await;
+            summary.model_calls += usize::from(used.called);
+            summary.model_fallbacks += usize::from(used.fell_back);
+            match outcome {
+                RuleOutcome::Added => summary.rules_added += 1,
+                RuleOutcome::Replaced { .. } => {
+                    summary.rules_added += 1;
+                    summary.rules_replaced += 1;
+                }
+                RuleOutcome::Skipped { .. } => summary.rules_skipped += 1,
             }
         }
         save_profile(backend, owner_id, &profile, now).await?;
     }
     Ok(summary)
+}
+
+/// Writes a candidate the buffer admitted as [`Admission::CommitNow`]
+/// immediately: only a procedural rule on an explicit memory-control request
+/// gets there. The rule goes through [`add_rule`] with `WriteTiming::Immediate`.
+/// Anything else is refused (`Ok(None)`): semantic facts are never written
+/// immediately.
+///
+/// # Errors
+/// [`PolicyError::Type`] for an invalid rule, [`PolicyError::Backend`] when
+/// the store fails.
+pub async fn commit_now(
+    backend: &dyn MemoryBackend,
+    model: Option<&dyn crate::assist::PolicyModel>,
+    owner_id: &str,
+    candidate: &MemoryCandidate,
+    now: DateTime<Utc>,
+) -> Result<Option<RuleOutcome>, PolicyError> {
+    let CandidateBody::Procedural(p) = &candidate.body else {
+        return Ok(None);
+    };
+    if !candidate.explicit_memory_request
+        || apply_hard_clamps(candidate).action != PolicyAction::CommitNow
+    {
+        return Ok(None);
+    }
+    let rule = ProceduralRule::new(
+        &p.rule,
+        vec![candidate.evidence_quote.clone()],
+        RuleSource::ExplicitUser,
+        WriteTiming::Immediate,
+        "explicit_user_request",
+        now,
+    )?;
+    let mut profile = load_profile(backend, owner_id).await?;
+    let (outcome, _) = add_rule(&mut profile, rule, model, now).await;
+    if !matches!(outcome, RuleOutcome::Skipped { .. }) {
+        save_profile(backend, owner_id, &profile, now).await?;
+    }
+    Ok(Some(outcome))
 }
 
 #[cfg(test)]
@@ -1844,9 +2120,361 @@ mod tests {
                 facts_bumped: 1,
                 facts_superseded: 0,
                 rules_added: 0,
-                rules_skipped: 1
+                rules_skipped: 1,
+                ..Default::default()
             }
         );
         assert_eq!(active_facts(&b, "u").await.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn decide_rule_table() {
+        use crate::assist::{RuleAction as A, RuleDecision};
+        let d = |action, target_index, confidence| RuleDecision {
+            action,
+            target_index,
+            confidence,
+        };
+        let cases = [
+            (
+                d(A::Append, None, Confidence::High),
+                Ok(RuleReconciliation::Append),
+            ),
+            (
+                d(A::Replace, Some(1), Confidence::High),
+                Ok(RuleReconciliation::Replace(1)),
+            ),
+            (
+                d(A::Replace, Some(1), Confidence::Low),
+                Ok(RuleReconciliation::Append),
+            ),
+            (
+                d(A::Skip, Some(0), Confidence::Medium),
+                Ok(RuleReconciliation::Skip(Some(0))),
+            ),
+            (
+                d(A::Skip, None, Confidence::High),
+                Ok(RuleReconciliation::Skip(None)),
+            ),
+            (
+                d(A::Skip, Some(0), Confidence::Low),
+                Ok(RuleReconciliation::Append),
+            ),
+            (
+                d(A::Replace, Some(2), Confidence::High),
+                Err(PolicyError::InvalidIndex { index: 2, len: 2 }),
+            ),
+            (
+                d(A::Append, Some(9), Confidence::Low),
+                Err(PolicyError::InvalidIndex { index: 9, len: 2 }),
+            ),
+            (
+                d(A::Replace, None, Confidence::High),
+                Err(PolicyError::NoTarget),
+            ),
+        ];
+        for (i, (decision, want)) in cases.into_iter().enumerate() {
+            assert_eq!(decide_rule(2, &decision), want, "case {i}");
+        }
+    }
+
+    async fn all_facts(b: &InMemoryBackend) -> Vec<SemanticFact> {
+        b.list("u", crate::types::MemoryKind::Semantic)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.as_fact().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn model_fact_reconciliation_table() {
+        use crate::assist::testing::ScriptedPolicyModel;
+        use crate::assist::{FactReconcileReply, PolicyModelError};
+        let reply = |action, idx: Vec<usize>, confidence| {
+            Ok(FactReconcileReply {
+                action,
+                target_indexes: idx,
+                confidence,
+            })
+        };
+        // (script, expected active objects after, superseded objects, fallbacks)
+        type Case = (
+            Result<FactReconcileReply, PolicyModelError>,
+            &'static [&'static str],
+            &'static [&'static str],
+            usize,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                reply(ReconcileAction::Supersede, vec![1], Confidence::High),
+                &["Sarah", "Ana"],
+                &["Tom"],
+                0,
+            ),
+            (
+                reply(ReconcileAction::Supersede, vec![1], Confidence::Low),
+                &["Sarah", "Tom", "Ana"],
+                &[],
+                0,
+            ),
+            (
+                reply(ReconcileAction::Bump, vec![0], Confidence::Medium),
+                &["Sarah", "Tom"],
+                &[],
+                0,
+            ),
+            (
+                reply(ReconcileAction::Coexist, vec![], Confidence::High),
+                &["Sarah", "Tom", "Ana"],
+                &[],
+                0,
+            ),
+            (
+                reply(ReconcileAction::Supersede, vec![7], Confidence::High),
+                &["Sarah", "Tom", "Ana"],
+                &[],
+                1,
+            ),
+            (
+                reply(ReconcileAction::Supersede, vec![], Confidence::High),
+                &["Sarah", "Tom", "Ana"],
+                &[],
+                1,
+            ),
+            (
+                Err(PolicyModelError::Timeout),
+                &["Sarah", "Tom", "Ana"],
+                &[],
+                1,
+            ),
+        ];
+        for (i, (script, active, superseded, fallbacks)) in cases.into_iter().enumerate() {
+            let b = InMemoryBackend::new();
+            let now = Utc::now();
+            let seed = Promotion {
+                facts: vec![
+                    fact("Sarah", "my sister is Sarah"),
+                    fact("Tom", "my friend Tom"),
+                ],
+                ..Default::default()
+            };
+            commit_promotion(&b, None, "u", seed, now).await.unwrap();
+            let model = ScriptedPolicyModel::default();
+            model.facts.lock().unwrap().push_back(script);
+            let p = Promotion {
+                facts: vec![
+                    fact("Ana", "my cousin Ana"),
+                    fact("sarah", "my sister is Sarah"),
+                ],
+                ..Default::default()
+            };
+            let s = commit_promotion_with(&b, None, Some(&model), "u", p, now)
+                .await
+                .unwrap();
+            assert_eq!(
+                model.calls(),
+                1,
+                "case {i}: the exact duplicate needs no model"
+            );
+            assert_eq!(
+                (s.model_calls, s.model_fallbacks),
+                (1, fallbacks),
+                "case {i}"
+            );
+            let facts = all_facts(&b).await;
+            let mut got: Vec<&str> = facts
+                .iter()
+                .filter(|f| f.is_active())
+                .map(|f| f.object.identifier.as_str())
+                .collect();
+            got.sort_unstable();
+            let mut want = active.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "case {i}");
+            let retired: Vec<&SemanticFact> = facts.iter().filter(|f| !f.is_active()).collect();
+            assert_eq!(
+                retired
+                    .iter()
+                    .map(|f| f.object.identifier.as_str())
+                    .collect::<Vec<_>>(),
+                superseded.to_vec(),
+                "case {i}"
+            );
+            for f in retired {
+                assert!(
+                    f.dormant_at.is_some(),
+                    "case {i}: superseded facts go dormant"
+                );
+                let by = f.superseded_by.as_deref().expect("superseded_by");
+                assert!(
+                    facts
+                        .iter()
+                        .any(|n| n.id == by && n.object.identifier == "Ana")
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn model_rule_reconciliation_table() {
+        use crate::assist::testing::ScriptedPolicyModel;
+        use crate::assist::{PolicyModelError, RuleAction as A, RuleDecision};
+        let d = |action, target_index, confidence| {
+            Ok(RuleDecision {
+                action,
+                target_index,
+                confidence,
+            })
+        };
+        let now = Utc::now();
+        let rule = |t: &str| {
+            ProceduralRule::new(
+                t,
+                vec![],
+                RuleSource::ExplicitUser,
+                WriteTiming::Promotion,
+                "t",
+                now,
+            )
+            .unwrap()
+        };
+        // (script, active rules after, archived, outcome kind, fell back)
+        type Case = (
+            Result<RuleDecision, PolicyModelError>,
+            &'static [&'static str],
+            usize,
+            &'static str,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                d(A::Replace, Some(0), Confidence::High),
+                &["You prefer longer answers."],
+                1,
+                "replaced",
+                false,
+            ),
+            (
+                d(A::Skip, Some(0), Confidence::High),
+                &["You prefer short answers."],
+                0,
+                "skipped",
+                false,
+            ),
+            (
+                d(A::Replace, Some(0), Confidence::Low),
+                &["You prefer short answers.", "You prefer longer answers."],
+                0,
+                "added",
+                false,
+            ),
+            (
+                d(A::Replace, Some(3), Confidence::High),
+                &["You prefer short answers.", "You prefer longer answers."],
+                0,
+                "added",
+                true,
+            ),
+            (
+                Err(PolicyModelError::Invalid),
+                &["You prefer short answers.", "You prefer longer answers."],
+                0,
+                "added",
+                true,
+            ),
+        ];
+        for (i, (script, active, archived, kind, fell_back)) in cases.into_iter().enumerate() {
+            let mut profile = crate::types::ProceduralProfile::default();
+            profile.rules.push(rule("You prefer short answers."));
+            let model = ScriptedPolicyModel::default();
+            model.rules.lock().unwrap().push_back(script);
+            let (outcome, used) = add_rule(
+                &mut profile,
+                rule("You prefer longer answers."),
+                Some(&model),
+                now,
+            )
+            .await;
+            let got_kind = match &outcome {
+                RuleOutcome::Added => "added",
+                RuleOutcome::Replaced { retired } => {
+                    assert_eq!(retired, "You prefer short answers.");
+                    "replaced"
+                }
+                RuleOutcome::Skipped { existing } => {
+                    assert_eq!(existing.as_deref(), Some("You prefer short answers."));
+                    "skipped"
+                }
+            };
+            assert_eq!(got_kind, kind, "case {i}");
+            assert_eq!(
+                used,
+                ModelUse {
+                    called: true,
+                    fell_back
+                },
+                "case {i}"
+            );
+            let rules: Vec<&str> = profile.active_rules().map(|r| r.rule.as_str()).collect();
+            assert_eq!(rules, active.to_vec(), "case {i}");
+            assert_eq!(profile.archived_rules.len(), archived, "case {i}");
+            if archived == 1 {
+                let old = &profile.archived_rules[0];
+                assert!(old.dormant_at.is_some() && old.superseded_by.is_some());
+            }
+        }
+        // An exact duplicate is skipped without asking; no active rules: no question.
+        let model = ScriptedPolicyModel::default();
+        let mut profile = crate::types::ProceduralProfile::default();
+        let (o, used) = add_rule(
+            &mut profile,
+            rule("You prefer short answers."),
+            Some(&model),
+            now,
+        )
+        .await;
+        assert_eq!((o, used), (RuleOutcome::Added, ModelUse::default()));
+        let (o, _) = add_rule(
+            &mut profile,
+            rule("you prefer short  answers"),
+            Some(&model),
+            now,
+        )
+        .await;
+        assert!(matches!(o, RuleOutcome::Skipped { .. }));
+        assert_eq!(model.calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn commit_now_writes_only_explicit_rules() {
+        let b = InMemoryBackend::new();
+        let now = Utc::now();
+        let explicit = proc(
+            "remember that I prefer short answers",
+            "You prefer short answers.",
+            CommitNow,
+            true,
+        );
+        let implicit = proc(
+            "keep answers short",
+            "You prefer short answers.",
+            CommitNow,
+            false,
+        );
+        let fact = sem("work stresses me", Predicate::Experienced, CommitNow);
+        assert_eq!(
+            commit_now(&b, None, "u", &implicit, now).await.unwrap(),
+            None
+        );
+        assert_eq!(commit_now(&b, None, "u", &fact, now).await.unwrap(), None);
+        assert_eq!(
+            commit_now(&b, None, "u", &explicit, now).await.unwrap(),
+            Some(RuleOutcome::Added)
+        );
+        let p = load_profile(&b, "u").await.unwrap();
+        assert_eq!(p.rules.len(), 1);
+        assert_eq!(p.rules[0].write_timing, WriteTiming::Immediate);
+        assert!(active_facts(&b, "u").await.unwrap().is_empty());
     }
 }

@@ -8,6 +8,7 @@
 //! - [`grounded`]: the offline grounded-lookup provider and lookup rules.
 //! - [`sanitize`]: [`strip_pseudo_tool_calls`] for model prose.
 //! - [`redact`]: [`redact_value`] for logs and diagnostics.
+//! - [`memory`]: prompts of the model-assisted memory write policy.
 //!
 //! **Invariant:** no I/O and no async. Every text file is embedded with
 //! `include_str!` and parsed once on first use; the tests check every file.
@@ -18,6 +19,7 @@ pub mod choose;
 pub mod error;
 mod frontmatter;
 pub mod grounded;
+pub mod memory;
 pub mod redact;
 mod reflect;
 pub mod responder;
@@ -50,6 +52,7 @@ pub fn check_data() -> Result<(), PromptError> {
     choose::check()?;
     responder::check()?;
     grounded::check()?;
+    memory::check()?;
     Ok(())
 }
 

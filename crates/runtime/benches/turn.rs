@@ -5,6 +5,11 @@
 //! HTTP round trips, not model latency). 2,000 turns over 50 threads each;
 //! prints p50 / p99 / max per mode.
 //!
+//! Hybrid mode also extracts memory candidates in the background after
+//! eligible turns; the bench reports the extra extraction calls per turn
+//! and, separately, how long after the reply the background extraction
+//! lands in the session buffer.
+//!
 //! Run: `cargo bench -p opencouch-runtime --bench turn`
 
 use std::sync::Arc;
@@ -34,6 +39,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 async fn measure(label: &str, rt: &Runtime) {
+    measure_with(label, rt, false).await;
+}
+
+/// With `settle_between`, each turn's background memory extraction is
+/// flushed (untimed) before the next turn starts: the turn times then show
+/// the request path alone, without background work competing for the CPU.
+async fn measure_with(label: &str, rt: &Runtime, settle_between: bool) {
     // Warm-up (lazy data loads, connection pool).
     for i in 0..20 {
         let _ = rt
@@ -54,6 +66,9 @@ async fn measure(label: &str, rt: &Runtime) {
         match rt.run_turn(input).await {
             Ok(_) => times.push(t.elapsed()),
             Err(e) => eprintln!("{label}: turn failed: {e}"),
+        }
+        if settle_between {
+            let _ = rt.flush_memory_extraction(Duration::from_secs(30)).await;
         }
     }
     let wall = started.elapsed();
@@ -87,32 +102,97 @@ fn main() {
         let det = Runtime::persistent(Stores::in_memory(), None, RuntimeOptions::default());
         measure("deterministic", &det).await;
 
-        let fake = FakeOpenAi::start().await;
-        fake.always_when(
-            Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
-            Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
-        );
-        fake.always_when(
-            Match::has_response_format(),
-            Reply::json(json!({
-                "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
-                "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
-                "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
-                "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
-                "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
-                "confidence": "high"
-            })),
-        );
-        fake.set_default(Reply::text("That sounds like a lot to carry. What feels heaviest right now?"));
-        let client = match OpenAiCompatClient::new(LlmConfig::local(fake.base_url(), "fake-model")) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("client: {e}");
-                return;
-            }
+        // Each hybrid measurement gets a fresh fake server and store.
+        let Some((_fake, settled)) = hybrid_setup().await else {
+            return;
         };
-        let opts = RuntimeOptions { mode: RuntimeMode::Hybrid, ..Default::default() };
-        let hybrid = Runtime::persistent(Stores::in_memory(), Some(Arc::new(client)), opts);
+        measure_with("hybrid settled", &settled, true).await;
+        let Some((fake, hybrid)) = hybrid_setup().await else {
+            return;
+        };
         measure("hybrid (fake)", &hybrid).await;
+        let extraction_calls = fake
+            .requests()
+            .iter()
+            .filter(|r| r.raw_body.contains("ExtractionReply"))
+            .count();
+        println!(
+            "{:>14}: {extraction_calls} extraction calls over {} turns ({:.2} per turn)",
+            "hybrid (fake)",
+            TURNS + 20,
+            extraction_calls as f64 / (TURNS + 20) as f64
+        );
+        background(&hybrid).await;
     });
+}
+
+/// A fake server answering every structured call instantly and a hybrid
+/// runtime on a fresh in-memory store talking to it.
+async fn hybrid_setup() -> Option<(FakeOpenAi, Runtime)> {
+    let fake = FakeOpenAi::start().await;
+    fake.always_when(
+        Match::body_contains("ExtractionReply"),
+        Reply::json(json!({"facts": [], "rules": []})),
+    );
+    fake.always_when(
+        Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
+        Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
+    );
+    fake.always_when(
+        Match::has_response_format(),
+        Reply::json(json!({
+            "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
+            "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
+            "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
+            "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
+            "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
+            "confidence": "high"
+        })),
+    );
+    fake.set_default(Reply::text(
+        "That sounds like a lot to carry. What feels heaviest right now?",
+    ));
+    let client = match OpenAiCompatClient::new(LlmConfig::local(fake.base_url(), "fake-model")) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("client: {e}");
+            return None;
+        }
+    };
+    let opts = RuntimeOptions {
+        mode: RuntimeMode::Hybrid,
+        ..Default::default()
+    };
+    let rt = Runtime::persistent(Stores::in_memory(), Some(Arc::new(client)), opts);
+    Some((fake, rt))
+}
+
+/// Time from a hybrid turn's reply until its background extraction is in
+/// the session buffer (the turn is not waiting for it).
+async fn background(rt: &Runtime) {
+    let _ = rt.flush_memory_extraction(Duration::from_secs(30)).await;
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let input = AgentInput::new(format!("bg-{}", i % THREADS), MESSAGES[i % 3]);
+        if rt.run_turn(input).await.is_err() {
+            continue;
+        }
+        let t = Instant::now();
+        let out = rt.flush_memory_extraction(Duration::from_secs(30)).await;
+        if out.finished_in_time {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort_unstable();
+    if times.is_empty() {
+        println!("background extraction: no measurements");
+        return;
+    }
+    println!(
+        "{:>14}: {} turns  after-reply p50 {:>8.3} ms  p99 {:>8.3} ms",
+        "bg extraction",
+        times.len(),
+        percentile(&times, 0.50).as_secs_f64() * 1e3,
+        percentile(&times, 0.99).as_secs_f64() * 1e3,
+    );
 }

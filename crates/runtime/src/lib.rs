@@ -9,9 +9,11 @@
 pub mod agent;
 pub mod embeddings;
 pub mod exercise;
+pub mod extraction;
 pub mod gate;
 pub mod memory;
 pub mod plan;
+pub mod policy_model;
 pub mod runtime;
 pub mod session;
 pub mod specialists;
@@ -20,6 +22,7 @@ pub mod tools;
 pub mod triage;
 pub mod turn;
 
+pub use extraction::FlushOutcome;
 pub use gate::{CrisisGate, GateVerdict};
 pub use runtime::{Runtime, RuntimeError, RuntimeOptions, model_from_settings, open_stores};
 pub use session::{EndSessionOutcome, FeedbackSource, SessionSummary};

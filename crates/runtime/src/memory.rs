@@ -224,20 +224,51 @@ pub(crate) async fn store_arc(
         .await
 }
 
+/// What the write policy decided after a turn.
+#[derive(Debug, Default)]
+pub(crate) struct AfterTurn {
+    pub(crate) diagnostics: Diagnostics,
+    /// Hybrid mode: the background extraction job to spawn once the turn is
+    /// committed.
+    pub(crate) job: Option<crate::extraction::JobSpec>,
+    /// The person asked for privacy: pending jobs of the thread are dropped
+    /// once the turn is committed.
+    pub(crate) discard_pending: bool,
+}
+
+/// What the write policy needs to know about a finished turn.
+pub(crate) struct FinishedTurn<'a> {
+    pub(crate) input: &'a AgentInput,
+    pub(crate) plan: &'a RoutePlan,
+    pub(crate) level: CrisisLevel,
+    pub(crate) outcome: &'a SpecialistOutcome,
+    /// This session's messages before the turn.
+    pub(crate) history: &'a [opencouch_core::Message],
+    pub(crate) turn_index: u64,
+}
+
 /// The write policy after a turn: extraction is skipped on crisis,
-/// incognito, memory-control, grounded-lookup and small-talk turns;
-/// otherwise candidates are held in the session buffer (persisted with the
-/// active-session row in the turn's commit). Returns diagnostics.
+/// incognito, memory-control, grounded-lookup and small-talk turns.
+/// Deterministic mode extracts inline and holds the candidates in the
+/// session buffer (persisted with the active-session row in the turn's
+/// commit); hybrid mode returns a background job instead (see
+/// [`crate::extraction`]). An explicit privacy or memory-control request
+/// clears the held candidates.
 pub(crate) fn after_turn(
     rt: &Runtime,
-    input: &AgentInput,
-    plan: &RoutePlan,
-    level: CrisisLevel,
-    outcome: &SpecialistOutcome,
+    t: &FinishedTurn<'_>,
     active: &mut ActiveSession,
-    turn_index: u64,
-) -> Diagnostics {
-    let mut diag = Diagnostics::new();
+) -> AfterTurn {
+    let FinishedTurn {
+        input,
+        plan,
+        level,
+        outcome,
+        history,
+        turn_index,
+    } = *t;
+    let mut out = AfterTurn::default();
+    let diag = &mut out.diagnostics;
     let mut buffer: SessionMemoryBuffer =
         serde_json::from_value(active.session_buffer.clone()).unwrap_or_default();
     if let Some(a) = outcome.approach
@@ -245,8 +276,11 @@ pub(crate) fn after_turn(
     {
         buffer.count_approach(a);
     }
-    if outcome.privacy_request {
+    if outcome.privacy_request
+        || opencouch_memory::policy::is_memory_control_request(&input.message)
+    {
         buffer.clear_for_privacy();
+        out.discard_pending = true;
         diag.set("memory_buffer_cleared", true);
     }
     let gate = ExtractionGate {
@@ -261,6 +295,20 @@ pub(crate) fn after_turn(
                 "memory_extraction",
                 format!("skipped_{}", skip_name(reason)),
             );
+        }
+        None if rt.inner.policy_model.is_some() => {
+            let skip = history
+                .len()
+                .saturating_sub(opencouch_prompts::memory::EXTRACT_HISTORY_LIMIT);
+            out.job = Some(crate::extraction::JobSpec {
+                thread_id: input.thread_id.clone(),
+                owner_id: input.owner_id().to_owned(),
+                session_key: crate::extraction::session_key(active),
+                message: input.message.clone(),
+                history: history[skip..].to_vec(),
+                turn_index,
+            });
+            diag.set("memory_extraction", "model_background");
         }
         None => {
             let mut held = 0u64;
@@ -277,7 +325,7 @@ pub(crate) fn after_turn(
         }
     }
     active.session_buffer = serde_json::to_value(&buffer).unwrap_or_default();
-    diag
+    out
 }
 
 fn skip_name(r: opencouch_memory::policy::SkipReason) -> &'static str {
@@ -324,8 +372,14 @@ fn pending_update(
 }
 
 /// The memory-control service over this runtime's store.
+/// In hybrid mode the service words saved preferences with the policy model
+/// and reconciles them with the active rules (deterministic fallback).
 pub fn control_service(rt: &Runtime) -> opencouch_memory::control::MemoryControlService {
-    opencouch_memory::control::MemoryControlService::new(Arc::new(backend(rt)))
+    let service = opencouch_memory::control::MemoryControlService::new(Arc::new(backend(rt)));
+    match &rt.inner.policy_model {
+        Some(m) => service.with_policy_model(m.clone()),
+        None => service,
+    }
 }
 
 /// One memory tool (show, status, recall, save preference, recall toggle,
@@ -519,7 +573,8 @@ fn control_error_reply(e: &opencouch_memory::control::ControlError) -> String {
 }
 
 /// Promotes held candidates at session end (the support thresholds of the
-/// write policy) and writes them through reconciliation.
+/// write policy) and writes them through reconciliation (with the policy
+/// model in hybrid mode; exact duplicates never need it).
 pub(crate) async fn promote_at_session_end(
     rt: &Runtime,
     owner: &str,
@@ -560,8 +615,26 @@ pub(crate) async fn promote_at_session_end(
     };
     let promotion = opencouch_memory::policy::promote(&buffer, &ctx).map_err(|e| e.to_string())?;
     let embedder = rt.inner.embedder.as_deref();
-    opencouch_memory::policy::commit_promotion(&backend, embedder, owner, promotion, now)
-        .await
-        .map_err(|e| e.to_string())?;
+    let summary = opencouch_memory::policy::commit_promotion_with(
+        &backend,
+        embedder,
+        rt.inner.policy_model.as_deref(),
+        owner,
+        promotion,
+        now,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tracing::debug!(
+        facts_inserted = summary.facts_inserted,
+        facts_bumped = summary.facts_bumped,
+        facts_superseded = summary.facts_superseded,
+        rules_added = summary.rules_added,
+        rules_replaced = summary.rules_replaced,
+        rules_skipped = summary.rules_skipped,
+        model_calls = summary.model_calls,
+        model_fallbacks = summary.model_fallbacks,
+        "session-end memory promotion"
+    );
     Ok(())
 }

@@ -13,8 +13,11 @@ use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient, TierModels};
 use opencouch_store::{Backend, EphemeralStores, PgStores, SqliteStores, StoreError, Stores};
 use tokio::sync::mpsc;
 
+use crate::extraction::ExtractionJobs;
 use crate::gate::CrisisGate;
 use crate::memory::EmbedderHandle;
+use crate::policy_model::LlmPolicyModel;
+use opencouch_memory::assist::PolicyModel;
 
 /// Tunables of a runtime (usually derived from [`Settings`]).
 #[derive(Debug, Clone)]
@@ -33,6 +36,10 @@ pub struct RuntimeOptions {
     pub max_message_chars: usize,
     /// Bound on the crisis-log write.
     pub crisis_log_timeout: Duration,
+    /// How long session end waits for the thread's in-flight background
+    /// memory extraction (hybrid mode) before using the deterministic
+    /// extractor for it.
+    pub extraction_settle_timeout: Duration,
 }
 
 impl Default for RuntimeOptions {
@@ -45,6 +52,7 @@ impl Default for RuntimeOptions {
             model_timeout: Duration::from_secs(30),
             max_message_chars: 8000,
             crisis_log_timeout: Duration::from_millis(250),
+            extraction_settle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -62,6 +70,8 @@ impl RuntimeOptions {
             model_timeout: Duration::from_secs(s.model_timeout_secs),
             max_message_chars: s.max_message_chars,
             crisis_log_timeout: Duration::from_millis(250),
+            extraction_settle_timeout: Duration::from_secs(s.model_timeout_secs)
+                .min(Duration::from_secs(10)),
         }
     }
 }
@@ -104,6 +114,10 @@ pub(crate) struct Inner {
     pub(crate) model: Option<Arc<dyn ChatModel>>,
     pub(crate) gate: CrisisGate,
     pub(crate) embedder: Option<EmbedderHandle>,
+    /// The write policy's model side (hybrid mode, persistent memory only).
+    pub(crate) policy_model: Option<Arc<dyn PolicyModel>>,
+    /// In-flight background memory extraction.
+    pub(crate) extractions: Arc<ExtractionJobs>,
 }
 
 /// Runs turns for one memory mode. Cheap to clone.
@@ -163,6 +177,13 @@ impl Runtime {
             Some(m) => CrisisGate::hybrid(m.clone(), opts.model_timeout),
             None => CrisisGate::deterministic(),
         };
+        let policy_model = match (&model, memory_mode) {
+            (Some(m), MemoryMode::Persistent) => {
+                Some(Arc::new(LlmPolicyModel::new(m.clone(), opts.model_timeout))
+                    as Arc<dyn PolicyModel>)
+            }
+            _ => None,
+        };
         Runtime {
             inner: Arc::new(Inner {
                 opts,
@@ -171,6 +192,8 @@ impl Runtime {
                 model,
                 gate,
                 embedder: None,
+                policy_model,
+                extractions: Arc::default(),
             }),
         }
     }
@@ -191,6 +214,8 @@ impl Runtime {
             model: i.model.clone(),
             gate: i.gate.clone(),
             embedder,
+            policy_model: i.policy_model.clone(),
+            extractions: i.extractions.clone(),
         };
         Runtime {
             inner: Arc::new(inner),

@@ -79,8 +79,9 @@ fn owner_of(state: &ThreadState) -> String {
 }
 
 /// Finalizes the thread's active session. The caller holds the thread lock.
-/// Order: feedback (best effort) → summary → promotion of held memory
-/// candidates → clear session fields → commit.
+/// Order: settle in-flight memory extraction → feedback (best effort) →
+/// summary → promotion of held memory candidates → clear session fields →
+/// commit.
 pub(crate) async fn finalize_locked(
     rt: &Runtime,
     state: &mut ThreadState,
@@ -90,7 +91,8 @@ pub(crate) async fn finalize_locked(
 ) -> Result<EndSessionOutcome, RuntimeError> {
     let inner = &rt.inner;
     let now = Utc::now();
-    let Some(active) = inner.stores.sessions.get(&state.thread_id).await? else {
+    let Some(mut active) = inner.stores.sessions.get(&state.thread_id).await? else {
+        crate::extraction::discard(rt, &state.thread_id);
         return Ok(EndSessionOutcome {
             finalized: false,
             summary: None,
@@ -98,6 +100,23 @@ pub(crate) async fn finalize_locked(
             feedback_recorded: false,
         });
     };
+    // In-flight background extraction of this session lands in the buffer
+    // before promotion (bounded; see crate::extraction).
+    let settled = crate::extraction::settle_locked(
+        rt,
+        &state.thread_id,
+        &mut active,
+        inner.opts.extraction_settle_timeout,
+    )
+    .await;
+    if settled != crate::extraction::Settled::default() {
+        tracing::debug!(
+            applied = settled.applied,
+            fell_back = settled.fell_back,
+            dropped = settled.dropped,
+            "memory extraction settled at session end"
+        );
+    }
     let sid = session_id(&active);
     let incognito = rt.memory_mode() == MemoryMode::Incognito;
     let user_turns = state.session_progress.turn_count;

@@ -7,7 +7,8 @@
 //! 5. memory load, only on routes that need it
 //! 6. the specialist (its input carries the gate verdict)
 //! 7. finalize: commit transcript + state + session in one transaction,
-//!    crisis log (bounded, never fails the turn), then stream the reply
+//!    spawn background memory extraction (hybrid mode), crisis log
+//!    (bounded, never fails the turn), then stream the reply
 //!
 //! **Invariant:** the reply is streamed and returned only after the commit,
 //! so an acknowledged turn is never lost.
@@ -280,17 +281,18 @@ pub(crate) async fn execute(
     }
     state.turn_count += 1;
 
-    // Memory write policy: candidates are held in the session buffer.
-    let memory_diag = crate::memory::after_turn(
-        rt,
-        &input,
-        &route_plan,
+    // Memory write policy: candidates are held in the session buffer
+    // (hybrid mode: extracted in the background once the turn is committed).
+    let finished = crate::memory::FinishedTurn {
+        input: &input,
+        plan: &route_plan,
         level,
-        &outcome,
-        &mut active,
-        state.turn_count,
-    );
-    diagnostics.merge(memory_diag);
+        outcome: &outcome,
+        history: &session_history,
+        turn_index: state.turn_count,
+    };
+    let memory = crate::memory::after_turn(rt, &finished, &mut active);
+    diagnostics.merge(memory.diagnostics);
 
     active.last_active_at = Some(now);
     active.max_crisis_level = active.max_crisis_level.max(level.get());
@@ -314,6 +316,16 @@ pub(crate) async fn execute(
         at: Utc::now(),
     };
     inner.stores.threads.commit_turn(commit).await?;
+
+    // Background memory extraction starts only after the commit; the reply
+    // does not wait for it. Still under the thread lock, so a privacy
+    // request drops pending jobs before any of them can write.
+    if memory.discard_pending {
+        crate::extraction::discard(rt, &input.thread_id);
+    }
+    if let Some(job) = memory.job {
+        crate::extraction::spawn(rt, job);
+    }
 
     // Crisis log: always on for level ≥ 2, bounded, never fails the turn.
     if let Some(info) = &outcome.crisis {

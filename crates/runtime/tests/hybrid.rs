@@ -19,9 +19,9 @@ const CRISIS_TOOL: &str = "lookup_crisis_resources";
 const GROUNDED_TOOL: &str = "answer_grounded_lookup";
 const RECORD_TOOL: &str = "record_guided_exercise_progress";
 
-/// Requests of the crisis gate (structured output that is not triage).
+/// Requests of the crisis gate (its structured-output schema).
 fn gate_request() -> Match {
-    Match::has_response_format().and(Match::body_contains("active_flow_action").negate())
+    Match::body_contains("ModelCrisisOutput")
 }
 
 /// Requests of triage (structured output with the triage schema).

@@ -456,6 +456,9 @@ pub struct SessionArc {
     pub approach_context: Option<ApproachContext>,
     /// Highest crisis level of the session (0–3).
     pub crisis_level_max: u8,
+    /// Guided exercises completed in the session (catalog ids, in order).
+    #[serde(default)]
+    pub exercises_completed: Vec<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last time retrieval used the arc.
@@ -517,6 +520,7 @@ impl SessionArc {
             approach_used: a.approach_used,
             approach_context: a.approach_context,
             crisis_level_max: a.crisis_level_max,
+            exercises_completed: Vec::new(),
             created_at: now,
             last_referenced_at: None,
             user_visible: true,

@@ -136,6 +136,17 @@ impl Backend for StoreBackend {
             .await
             .map_err(store_err)
     }
+    async fn revision(
+        &self,
+        owner_id: &str,
+        kind: opencouch_memory::MemoryKind,
+    ) -> Result<Option<u64>, BackendError> {
+        self.store
+            .revision(owner_id, kind_to_store(kind))
+            .await
+            .map(Some)
+            .map_err(store_err)
+    }
 }
 
 pub fn backend(rt: &Runtime) -> StoreBackend {
@@ -174,7 +185,8 @@ pub(crate) async fn load_for_turn(
         first_turn_of_session: first_turn,
         now: Utc::now(),
     };
-    match opencouch_memory::retrieve(&backend, embedder, &req).await {
+    let cache = Some(rt.inner.index_cache.as_ref());
+    match opencouch_memory::retrieve_cached(&backend, embedder, cache, &req).await {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
             out.rules = tm.procedural_rules;

@@ -118,6 +118,9 @@ pub(crate) struct Inner {
     pub(crate) policy_model: Option<Arc<dyn PolicyModel>>,
     /// In-flight background memory extraction.
     pub(crate) extractions: Arc<ExtractionJobs>,
+    /// Prepared semantic-memory indexes per owner, checked against the
+    /// store's namespace revision on every turn.
+    pub(crate) index_cache: Arc<opencouch_memory::IndexCache>,
 }
 
 /// Runs turns for one memory mode. Cheap to clone.
@@ -194,6 +197,7 @@ impl Runtime {
                 embedder: None,
                 policy_model,
                 extractions: Arc::default(),
+                index_cache: Arc::default(),
             }),
         }
     }
@@ -216,6 +220,7 @@ impl Runtime {
             embedder,
             policy_model: i.policy_model.clone(),
             extractions: i.extractions.clone(),
+            index_cache: Arc::default(),
         };
         Runtime {
             inner: Arc::new(inner),

@@ -187,10 +187,15 @@ pub(crate) async fn finalize_locked(
                 .max(state.session_progress.max_crisis_level),
             dominant_approach: dominant,
         };
-        let arc = match &inner.model {
+        let mut arc = match &inner.model {
             Some(m) => crate::summary::with_model(m.as_ref(), &facts).await,
             None => crate::summary::deterministic(&facts),
         };
+        // The arc keeps the session's completed exercises (the progress view
+        // counts them after the session's live progress is cleared).
+        if let Some(a) = arc.as_mut() {
+            a.exercises_completed = state.session_progress.exercises_completed.clone();
+        }
         let owner = owner_of(state);
         if let Some(arc) = &arc {
             if let Err(e) = crate::memory::store_arc(rt, &owner, arc).await {

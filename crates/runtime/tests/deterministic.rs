@@ -476,6 +476,48 @@ async fn end_session_after_substantive_turns_writes_a_summary() {
 }
 
 #[tokio::test]
+async fn a_completed_exercise_is_kept_on_the_session_arc() {
+    let rt = deterministic();
+    let t = "sess-exercise";
+    let (id, request, replies) = WALKS[0];
+    turn(
+        &rt,
+        t,
+        "Work has been overwhelming and I keep worrying at night",
+    )
+    .await;
+    turn(&rt, t, request).await;
+    for reply in replies.iter() {
+        turn(&rt, t, reply).await;
+    }
+    turn(
+        &rt,
+        t,
+        "That helped a bit, I feel calmer about tomorrow now",
+    )
+    .await;
+    let end = rt
+        .end_session(t, None, None, FeedbackSource::CliEnd)
+        .await
+        .expect("end");
+    assert!(end.summary.is_some(), "substantive session gets an arc");
+    let backend = opencouch_runtime::memory::backend(&rt);
+    let arcs = opencouch_memory::backend::visible_arcs(&backend, t)
+        .await
+        .expect("arcs");
+    assert_eq!(arcs.len(), 1);
+    assert_eq!(arcs[0].exercises_completed, vec![id.to_owned()]);
+    assert!(
+        state(&rt, t)
+            .await
+            .session_progress
+            .exercises_completed
+            .is_empty(),
+        "live progress cleared at session end"
+    );
+}
+
+#[tokio::test]
 async fn end_session_after_few_turns_has_no_summary() {
     let rt = deterministic();
     turn(&rt, "sess-short", "hi, long day").await;

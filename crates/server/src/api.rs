@@ -851,9 +851,14 @@ async fn memory_progress(
             })
         })
         .collect();
+    // Exercises: those of ended sessions are kept on their arcs; those of
+    // sessions still open are in the threads' live progress.
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for ex in arcs.iter().flat_map(|a| &a.exercises_completed) {
+        *counts.entry(ex.clone()).or_default() += 1;
+    }
     let prefix = storage_thread_id(&owner.0, "");
     let threads = rt.stores().threads.list_threads(THREAD_SCAN).await?;
-    let mut counts: HashMap<String, u64> = HashMap::new();
     for t in threads
         .iter()
         .filter(|t| t.thread_id.starts_with(&prefix))

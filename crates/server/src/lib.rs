@@ -137,6 +137,9 @@ impl Drop for TurnGuard {
     }
 }
 
+/// How long shutdown waits for background memory extraction.
+const EXTRACTION_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why `serve` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -212,7 +215,17 @@ pub async fn serve_on(
     while state.in_flight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tracing::info!(unfinished = state.in_flight(), "opencouch API stopped");
+    // Background memory extraction of committed turns: let it land in the
+    // session buffers (or settle it deterministically) before exiting.
+    let flushed = state
+        .runtime(MemoryMode::Persistent)
+        .flush_memory_extraction(EXTRACTION_FLUSH_TIMEOUT)
+        .await;
+    tracing::info!(
+        unfinished = state.in_flight(),
+        extraction = ?flushed,
+        "opencouch API stopped"
+    );
     Ok(())
 }
 

@@ -596,6 +596,47 @@ async fn progress_charts_mood_per_session_from_the_arcs() {
     assert_eq!(p["exercises_completed"], json!([]));
     let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.bob), None).await;
     assert_eq!(p["sessions"].as_array().unwrap().len(), 1);
+    // Exercises of ended sessions are counted from their arcs.
+    common::seed_arc_with(
+        &f.state,
+        "alice",
+        2,
+        "tense",
+        "calmer",
+        &["grounding_box_breathing", "grounding_5_4_3_2_1"],
+    )
+    .await;
+    common::seed_arc_with(
+        &f.state,
+        "alice",
+        1,
+        "tense",
+        "calmer",
+        &["grounding_box_breathing"],
+    )
+    .await;
+    let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.alice), None).await;
+    let got: Vec<(String, u64)> = p["exercises_completed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_owned(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("grounding_box_breathing".to_owned(), 2),
+            ("grounding_5_4_3_2_1".to_owned(), 1)
+        ],
+        "{p}"
+    );
+    let (_, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.bob), None).await;
+    assert_eq!(p["exercises_completed"], json!([]), "not bob's");
 }
 
 /// Raw response (status, headers, body bytes) through the router.

@@ -129,12 +129,24 @@ pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
 /// Stores a finished session's arc for `owner` (as session end would),
 /// `days_ago` days back, with the given moods.
 pub async fn seed_arc(state: &AppState, owner: &str, days_ago: i64, opened: &str, closed: &str) {
+    seed_arc_with(state, owner, days_ago, opened, closed, &[]).await;
+}
+
+/// Like [`seed_arc`], with the exercises completed in that session.
+pub async fn seed_arc_with(
+    state: &AppState,
+    owner: &str,
+    days_ago: i64,
+    opened: &str,
+    closed: &str,
+    exercises: &[&str],
+) {
     use opencouch_memory::MemoryBackend as _;
     use opencouch_memory::types::NewSessionArc;
     use opencouch_memory::{MemoryRecord, MoodArc, SessionArc};
     let now = chrono::Utc::now();
     let started = now - chrono::Duration::days(days_ago);
-    let arc = SessionArc::new(
+    let mut arc = SessionArc::new(
         NewSessionArc {
             session_id: format!("seed-{owner}-{days_ago}"),
             started_at: started,
@@ -155,6 +167,7 @@ pub async fn seed_arc(state: &AppState, owner: &str, days_ago: i64, opened: &str
         now,
     )
     .unwrap();
+    arc.exercises_completed = exercises.iter().map(|e| e.to_string()).collect();
     let backend = opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent));
     backend
         .put(MemoryRecord::from_arc(owner, &arc, None))

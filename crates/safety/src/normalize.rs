@@ -127,7 +127,10 @@ fn unicode_fold(text: &str) -> String {
 
 /// Inserts a space where a lowercase letter is directly followed by an
 /// uppercase letter and then a lowercase one ("suicidalEdit" → "suicidal
-/// Edit"): post titles glued to their body text.
+/// Edit"): post titles glued to their body text. Only letters that have a
+/// lowercase form count as uppercase here: symbols such as "🅐" are
+/// uppercase by Unicode but stay as they are when lowercased, so counting
+/// them would split again on a second pass ("a🅐ς") and break idempotence.
 fn split_glued_words(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(char::is_uppercase) {
         return std::borrow::Cow::Borrowed(text);
@@ -137,7 +140,7 @@ fn split_glued_words(text: &str) -> std::borrow::Cow<'_, str> {
         i + 2 < chars.len() + 1
             && i >= 1
             && chars[i - 1].is_lowercase()
-            && chars[i].is_uppercase()
+            && has_lowercase_form(chars[i])
             && chars.get(i + 1).is_some_and(|c| c.is_lowercase())
     };
     if !(1..chars.len()).any(glued) {
@@ -151,6 +154,11 @@ fn split_glued_words(text: &str) -> std::borrow::Cow<'_, str> {
         out.push(*c);
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// An uppercase character that changes when lowercased.
+fn has_lowercase_form(c: char) -> bool {
+    c.is_uppercase() && !c.to_lowercase().eq(std::iter::once(c))
 }
 
 fn fold_char(c: char) -> Option<char> {
@@ -331,6 +339,25 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(normalize(input), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn glued_words_split_only_at_real_case_changes() {
+        let cases = [
+            ("I feel suicidalEdit: sorry", "i feel suicidal edit: sorry"),
+            ("iPhone", "i phone"),
+            // Uppercase by Unicode, but with no lowercase form: no split,
+            // on the first pass or the second.
+            ("A\u{1F150}\u{03A3}", "a\u{1F150}\u{03C2}"),
+            ("a\u{1F150}\u{03C2}", "a\u{1F150}\u{03C2}"),
+            // A circled capital does have one: it splits like a letter.
+            ("x\u{24B6}b", "x ab"),
+        ];
+        for (input, want) in cases {
+            let once = normalize(input);
+            assert_eq!(once, want, "input {input:?}");
+            assert_eq!(normalize(&once), once, "second pass of {input:?}");
         }
     }
 

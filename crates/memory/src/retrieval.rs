@@ -330,6 +330,12 @@ pub struct MemoryIndex {
     avg_weighted_len: f64,
     /// Unit vectors of the embedded records, `dim` floats each, in order.
     vectors: Vec<f32>,
+    /// The same vectors quantized to `i8` (a quarter of the bytes), scanned
+    /// first; see [`MemoryIndex::dense_ranking`].
+    codes: Vec<i8>,
+    /// Per quantized vector: its scale and the L1 norm of its dequantized
+    /// form, for the error bound.
+    code_meta: Vec<(f32, f32)>,
     /// The record each vector belongs to.
     vector_docs: Vec<u32>,
     model: Option<(String, usize)>,
@@ -343,6 +349,48 @@ pub struct Hit {
     pub index: usize,
     /// RRF score (or the single list's score when only one list ran).
     pub score: f64,
+}
+
+/// Slack added to the quantization error bound for the rounding of the
+/// float sums themselves (far larger than it needs to be).
+const QUANT_SLACK: f32 = 1e-3;
+
+/// Quantizes `v` to `i8` with one scale (`max |v_i| / 127`, rounding to
+/// nearest): returns the codes, the scale and the L1 norm of the dequantized
+/// vector. Each component's error is at most half the scale.
+fn quantize(v: &[f32]) -> (Vec<i8>, f32, f32) {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 || !max.is_finite() {
+        return (vec![0; v.len()], 0.0, 0.0);
+    }
+    let scale = max / 127.0;
+    let codes: Vec<i8> = v
+        .iter()
+        // In range by construction: |x / scale| <= 127.
+        .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+        .collect();
+    let l1 = codes.iter().map(|&c| f32::from(c).abs()).sum::<f32>() * scale;
+    (codes, scale, l1)
+}
+
+/// Integer dot product of two code vectors with 16 independent accumulators
+/// (lets the compiler vectorize; |sum| <= dim * 127² fits an `i32` for any
+/// embedding size in use).
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut acc = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += i32::from(i16::from(x[i]) * i16::from(y[i]));
+        }
+    }
+    acc.iter().sum::<i32>() + tail
 }
 
 /// Dot product with 8 independent accumulators (lets the compiler vectorize).
@@ -403,6 +451,8 @@ impl MemoryIndex {
         let mut docs = Vec::new();
         let mut postings: HashMap<String, Vec<Posting>> = HashMap::new();
         let mut vectors = Vec::new();
+        let mut codes = Vec::new();
+        let mut code_meta = Vec::new();
         let mut vector_docs = Vec::new();
         let mut total_len = 0f64;
         for (i, (value, emb)) in items.into_iter().enumerate() {
@@ -428,6 +478,9 @@ impl MemoryIndex {
                 && e.vector.len() == d
                 && let Some(u) = unit(&e.vector)
             {
+                let (c, scale, l1) = quantize(&u);
+                codes.extend_from_slice(&c);
+                code_meta.push((scale, l1));
                 vectors.extend_from_slice(&u);
                 vector_docs.push(doc);
             }
@@ -446,6 +499,8 @@ impl MemoryIndex {
             postings,
             avg_weighted_len,
             vectors,
+            codes,
+            code_meta,
             vector_docs,
             model: model.map(|(m, d)| (m.to_owned(), d)),
             dense_weight: 1.0,
@@ -534,15 +589,32 @@ impl MemoryIndex {
         let Some(q) = unit(query_vector) else {
             return Vec::new();
         };
-        let hits: Vec<(usize, f32)> = self
-            .vectors
-            .chunks_exact(*dim)
-            .zip(&self.vector_docs)
-            .filter_map(|(v, &d)| {
-                let c = dot(v, &q);
-                (c >= COSINE_THRESHOLD).then_some((d as usize, c))
-            })
-            .collect();
+        // Scan the i8 codes (a quarter of the memory traffic of the floats),
+        // then compute the exact cosine only where the approximate one plus
+        // its worst-case quantization error could reach the threshold. With
+        // u = s_u·c_u + e_u and q = s_q·c_q + e_q (|e_i| ≤ s/2):
+        // |u·q − s_u·s_q·(c_u·c_q)| ≤ s_q/2·‖s_u·c_u‖₁ + s_u/2·‖s_q·c_q‖₁ + d·s_u·s_q/4.
+        // So the kept set and the scores are exactly those of a float scan.
+        let dim = *dim;
+        let (q_codes, q_scale, q_l1) = quantize(&q);
+        let quarter_dim = dim as f32 / 4.0;
+        let mut hits: Vec<(usize, f32)> = Vec::new();
+        for (k, (code, &(scale, l1))) in self
+            .codes
+            .chunks_exact(dim)
+            .zip(&self.code_meta)
+            .enumerate()
+        {
+            let approx = scale * q_scale * dot_i8(code, &q_codes) as f32;
+            let bound = 0.5 * q_scale * l1 + 0.5 * scale * q_l1 + quarter_dim * scale * q_scale;
+            if approx + bound + QUANT_SLACK < COSINE_THRESHOLD {
+                continue;
+            }
+            let c = dot(&self.vectors[k * dim..(k + 1) * dim], &q);
+            if c >= COSINE_THRESHOLD {
+                hits.push((self.vector_docs[k] as usize, c));
+            }
+        }
         top_sorted(hits, limit, |a, b| {
             b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0))
         })
@@ -1705,5 +1777,103 @@ mod tests {
             idx.dense_ranking(&[-1.0, 0.0], 10).is_empty(),
             "below the 0.5 cosine threshold"
         );
+    }
+
+    /// The float scan the quantized prefilter must reproduce exactly.
+    fn exact_dense(vectors: &[Vec<f32>], query: &[f32], limit: usize) -> Vec<(usize, f64)> {
+        let q = unit(query).expect("non-zero query");
+        let mut hits: Vec<(usize, f32)> = vectors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                let c = dot(&unit(v)?, &q);
+                (c >= COSINE_THRESHOLD).then_some((i, c))
+            })
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        hits.truncate(limit);
+        hits.into_iter().map(|(i, c)| (i, f64::from(c))).collect()
+    }
+
+    fn dense_index(vectors: &[Vec<f32>]) -> MemoryIndex {
+        let dim = vectors[0].len();
+        let values: Vec<Value> = (0..vectors.len())
+            .map(|i| serde_json::json!({"text": format!("record {i}")}))
+            .collect();
+        let embs: Vec<StoredEmbedding> = vectors
+            .iter()
+            .map(|v| StoredEmbedding {
+                vector: v.clone(),
+                model: "m".into(),
+                dim,
+            })
+            .collect();
+        MemoryIndex::build(values.iter().zip(embs.iter().map(Some)), Some(("m", dim)))
+    }
+
+    #[test]
+    fn quantized_scan_keeps_exactly_the_float_results_at_the_threshold() {
+        // Vectors whose cosine with the query sits just above and just
+        // below 0.5, plus spiky ones (one large component: the coarsest
+        // quantization) and an odd dimension (the scalar tail).
+        for dim in [2usize, 7, 384] {
+            let query: Vec<f32> = (0..dim).map(|i| ((i * 7 + 3) % 11) as f32 - 5.0).collect();
+            let q = unit(&query).unwrap();
+            let noise: Vec<f32> = {
+                // A unit vector orthogonal to q (Gram–Schmidt on a fixed one).
+                let base: Vec<f32> = (0..dim).map(|i| ((i * 5 + 1) % 13) as f32 - 6.0).collect();
+                let along = dot(&base, &q);
+                let o: Vec<f32> = base.iter().zip(&q).map(|(b, x)| b - along * x).collect();
+                unit(&o).unwrap_or_else(|| vec![0.0; dim])
+            };
+            let mut vectors = Vec::new();
+            for target in [
+                0.4999f32, 0.5, 0.5001, 0.501, 0.499, 0.52, 0.48, 0.9, 0.1, -0.6,
+            ] {
+                let ortho = (1.0 - target * target).max(0.0).sqrt();
+                vectors.push(
+                    q.iter()
+                        .zip(&noise)
+                        .map(|(a, b)| target * a + ortho * b)
+                        .collect(),
+                );
+            }
+            let mut spike = vec![0.001f32; dim];
+            spike[0] = 1.0;
+            vectors.push(spike);
+            vectors.push(q.iter().map(|x| -x).collect());
+            let idx = dense_index(&vectors);
+            assert_eq!(
+                idx.dense_ranking(&query, 50),
+                exact_dense(&vectors, &query, 50),
+                "dim {dim}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn quantized_scan_matches_a_float_scan(
+            vectors in prop::collection::vec(prop::collection::vec(-1.0f32..1.0, 16), 1..40),
+            query in prop::collection::vec(-1.0f32..1.0, 16),
+            scale in prop::sample::select(vec![1e-3f32, 1.0, 1e3]),
+        ) {
+            prop_assume!(query.iter().any(|x| x.abs() > 1e-3));
+            prop_assume!(vectors.iter().all(|v| v.iter().any(|x| x.abs() > 1e-3)));
+            // Pull half the vectors towards the query so the threshold is
+            // crossed often.
+            let vectors: Vec<Vec<f32>> = vectors
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.iter()
+                        .zip(&query)
+                        .map(|(x, q)| scale * if i % 2 == 0 { 0.6 * q + 0.4 * x } else { *x })
+                        .collect()
+                })
+                .collect();
+            let idx = dense_index(&vectors);
+            prop_assert_eq!(idx.dense_ranking(&query, 20), exact_dense(&vectors, &query, 20));
+        }
     }
 }

@@ -19,8 +19,7 @@ use opencouch_core::{AgentInput, RuntimeMode};
 use opencouch_llm::{LlmConfig, OpenAiCompatClient};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::Stores;
-use opencouch_testkit::{FakeOpenAi, Match, Reply};
-use serde_json::json;
+use opencouch_testkit::{FakeOpenAi, canned};
 
 const TURNS: usize = 2_000;
 const THREADS: usize = 50;
@@ -130,28 +129,10 @@ fn main() {
 /// runtime on a fresh in-memory store talking to it.
 async fn hybrid_setup() -> Option<(FakeOpenAi, Runtime)> {
     let fake = FakeOpenAi::start().await;
-    fake.always_when(
-        Match::body_contains("ExtractionReply"),
-        Reply::json(json!({"facts": [], "rules": []})),
-    );
-    fake.always_when(
-        Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
-        Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
-    );
-    fake.always_when(
-        Match::has_response_format(),
-        Reply::json(json!({
-            "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
-            "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
-            "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
-            "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
-            "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
-            "confidence": "high"
-        })),
-    );
-    fake.set_default(Reply::text(
+    canned::script_calm_model(
+        &fake,
         "That sounds like a lot to carry. What feels heaviest right now?",
-    ));
+    );
     let client = match OpenAiCompatClient::new(LlmConfig::local(fake.base_url(), "fake-model")) {
         Ok(c) => c,
         Err(e) => {

@@ -285,3 +285,40 @@ pub async fn decide(
     }
     (decision, diag)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opencouch_testkit::canned;
+
+    /// The test kit's canned triage replies (used by the runtime and server
+    /// tests and the benches) must stay valid decisions of this schema.
+    #[test]
+    fn canned_triage_replies_are_valid_decisions() {
+        let cases = [
+            ("therapeutic", "none", "ambiguous_or_none", None),
+            ("grounded_lookup", "none", "ambiguous_or_none", None),
+            ("memory_control", "none", "ambiguous_or_none", None),
+            ("guided_exercise", "continue", "ambiguous_or_none", None),
+            (
+                "guided_exercise",
+                "none",
+                "explicit_user_request",
+                Some("grounding_box_breathing"),
+            ),
+        ];
+        for (route, flow, basis, exercise) in cases {
+            let value = canned::triage_json(route, flow, basis, exercise);
+            let d: TriageDecision = serde_json::from_value(value)
+                .unwrap_or_else(|e| panic!("{route}/{flow}/{basis}: {e}"));
+            assert_eq!(d.route.as_str(), route);
+            assert_eq!(d.active_flow_action.as_str(), flow);
+            assert_eq!(d.exercise_type.as_deref(), exercise);
+            assert_eq!(
+                d.response_style.is_some(),
+                route == "therapeutic",
+                "{route}"
+            );
+        }
+    }
+}

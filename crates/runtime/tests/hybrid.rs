@@ -11,7 +11,8 @@ use common::{fake_model, hybrid, shows_resource_number, state, transcript_len, t
 use opencouch_core::{ResponseStyle, ResponseType, Route, RuntimeMode};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::Stores;
-use opencouch_testkit::{FakeOpenAi, Match, Reply};
+use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
+use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
 use serde_json::{Value, json};
 
 const SKILL_TOOL: &str = "load_therapeutic_response_skill";
@@ -19,39 +20,8 @@ const CRISIS_TOOL: &str = "lookup_crisis_resources";
 const GROUNDED_TOOL: &str = "answer_grounded_lookup";
 const RECORD_TOOL: &str = "record_guided_exercise_progress";
 
-/// Requests of the crisis gate (its structured-output schema).
-fn gate_request() -> Match {
-    Match::body_contains("ModelCrisisOutput")
-}
-
-/// Requests of triage (structured output with the triage schema).
-fn triage_request() -> Match {
-    Match::has_response_format().and(Match::body_contains("active_flow_action"))
-}
-
-fn gate_reply(level: u8) -> Reply {
-    Reply::json(json!({"level": level, "confidence": "high", "reason": "scripted"}))
-}
-
 fn triage_reply(route: &str, flow: &str, basis: &str, exercise: Option<&str>) -> Reply {
-    Reply::json(json!({
-        "route": route,
-        "active_flow_action": flow,
-        "memory_action_type": "none",
-        "memory_enabled": null,
-        "memory_target_kind": null,
-        "memory_target_index": null,
-        "memory_query": null,
-        "preference_text": null,
-        "exercise_start_basis": basis,
-        "exercise_type": exercise,
-        "response_style": if route == "therapeutic" { Value::from("supportive") } else { Value::Null },
-        "clarification_needed": false,
-        "clarification_kind": "none",
-        "secondary_route": null,
-        "clarification_question": null,
-        "confidence": "high"
-    }))
+    Reply::json(canned::triage_json(route, flow, basis, exercise))
 }
 
 /// A fake whose gate says level 0 and whose triage says `route`.

@@ -17,20 +17,14 @@ use opencouch_memory::{
 };
 use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};
 use opencouch_store::{EphemeralStores, Stores};
-use opencouch_testkit::{FakeOpenAi, Match, Reply};
+use opencouch_testkit::canned::{
+    extraction_request as extraction, gate_request as gate, triage_reply, triage_request as triage,
+};
+use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
 use serde_json::{Value, json};
 
 const FLUSH: Duration = Duration::from_secs(20);
 
-fn gate() -> Match {
-    Match::body_contains("ModelCrisisOutput")
-}
-fn triage() -> Match {
-    Match::body_contains("TriageDecision")
-}
-fn extraction() -> Match {
-    Match::body_contains("ExtractionReply")
-}
 fn fact_reconcile() -> Match {
     Match::body_contains("FactReconcileReply")
 }
@@ -38,36 +32,12 @@ fn preference() -> Match {
     Match::body_contains("PreferenceReply")
 }
 
-fn triage_reply(route: &str) -> Reply {
-    Reply::json(json!({
-        "route": route,
-        "active_flow_action": "none",
-        "memory_action_type": "none",
-        "memory_enabled": null,
-        "memory_target_kind": null,
-        "memory_target_index": null,
-        "memory_query": null,
-        "preference_text": null,
-        "exercise_start_basis": "ambiguous_or_none",
-        "exercise_type": null,
-        "response_style": if route == "therapeutic" { Value::from("supportive") } else { Value::Null },
-        "clarification_needed": false,
-        "clarification_kind": "none",
-        "secondary_route": null,
-        "clarification_question": null,
-        "confidence": "high"
-    }))
-}
-
 /// A fake whose gate says level 0, whose triage says therapeutic (or
 /// `grounded_lookup` for research questions, `memory_control` for "remember
 /// that …"), and whose extractor proposes nothing unless a test scripts it.
 async fn fake() -> FakeOpenAi {
     let fake = FakeOpenAi::start().await;
-    fake.always_when(
-        gate(),
-        Reply::json(json!({"level": 0, "confidence": "high", "reason": "scripted"})),
-    );
+    fake.always_when(gate(), canned::gate_reply(0));
     fake.always_when(
         triage().and(Match::last_user_contains("research")),
         triage_reply("grounded_lookup"),

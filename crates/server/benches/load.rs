@@ -27,7 +27,7 @@ use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_server::{AppState, AuthMode, Limits, UserDirectory};
 use opencouch_store::{EphemeralStores, PgStores, SqliteStores, Stores};
-use opencouch_testkit::{FakeOpenAi, Match, Reply};
+use opencouch_testkit::{FakeOpenAi, canned};
 use serde_json::json;
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -39,24 +39,10 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 async fn fake_model() -> FakeOpenAi {
     let fake = FakeOpenAi::start().await;
-    fake.always_when(
-        Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
-        Reply::json(json!({"level": 0, "confidence": "high", "reason": "bench"})),
-    );
-    fake.always_when(
-        Match::has_response_format(),
-        Reply::json(json!({
-            "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
-            "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
-            "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
-            "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
-            "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
-            "confidence": "high"
-        })),
-    );
-    fake.set_default(Reply::text(
+    canned::script_calm_model(
+        &fake,
         "That sounds like a lot to carry. What feels heaviest right now?",
-    ));
+    );
     fake
 }
 

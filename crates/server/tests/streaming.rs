@@ -317,25 +317,12 @@ async fn one_thread_id_for_two_owners_never_mixes_over_any_transport() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_the_turn_in_flight() {
-    use opencouch_testkit::{Endpoint, FakeOpenAi, Match, Reply};
+    use opencouch_testkit::{Endpoint, FakeOpenAi, Reply};
     // Hybrid mode against the fake model: structured calls (gate, triage)
-    // answer at once; the reply itself is slow, so the turn is in flight.
+    // answer at once; the reply itself (the default, replaced below) is slow,
+    // so the turn is in flight.
     let fake = FakeOpenAi::start().await;
-    fake.always_when(
-        Match::has_response_format().and(Match::body_contains("active_flow_action").negate()),
-        Reply::json(serde_json::json!({"level": 0, "confidence": "high", "reason": "test"})),
-    );
-    fake.always_when(
-        Match::has_response_format(),
-        Reply::json(serde_json::json!({
-            "route": "therapeutic", "active_flow_action": "none", "memory_action_type": "none",
-            "memory_enabled": null, "memory_target_kind": null, "memory_target_index": null,
-            "memory_query": null, "preference_text": null, "exercise_start_basis": "ambiguous_or_none",
-            "exercise_type": null, "response_style": "supportive", "clarification_needed": false,
-            "clarification_kind": "none", "secondary_route": null, "clarification_question": null,
-            "confidence": "high"
-        })),
-    );
+    opencouch_testkit::canned::script_calm_model(&fake, "");
     fake.set_default(
         Reply::text("Thank you for telling me. What feels heaviest?")
             .with_latency(std::time::Duration::from_millis(1500)),

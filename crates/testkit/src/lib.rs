@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod canned;
 pub mod embed;
 mod script;
 mod server;

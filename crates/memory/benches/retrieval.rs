@@ -10,92 +10,20 @@ use opencouch_memory::StoredEmbedding;
 use opencouch_memory::retrieval::{MemoryIndex, SearchMode};
 use serde_json::{Value, json};
 
-const WORDS: &[&str] = &[
-    "work",
-    "stress",
-    "sleep",
-    "sister",
-    "brother",
-    "exam",
-    "running",
-    "walk",
-    "anxious",
-    "tired",
-    "job",
-    "boss",
-    "friend",
-    "panic",
-    "breathing",
-    "music",
-    "family",
-    "move",
-    "city",
-    "school",
-    "money",
-    "rent",
-    "partner",
-    "dog",
-    "cat",
-    "garden",
-    "cooking",
-    "therapy",
-    "doctor",
-    "health",
-    "grief",
-    "loss",
-    "birthday",
-    "holiday",
-    "weekend",
-    "morning",
-    "night",
-    "coffee",
-    "reading",
-    "painting",
-    "guitar",
-    "meeting",
-    "deadline",
-    "project",
-    "team",
-    "lonely",
-    "calm",
-    "hope",
-    "goal",
-    "habit",
-];
+#[path = "support/synthetic.rs"]
+mod synthetic;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn word(&mut self) -> &'static str {
-        WORDS[(self.next() % WORDS.len() as u64) as usize]
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() % 10_000) as f32 / 5_000.0 - 1.0
-    }
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
+use synthetic::{Rng, percentile};
 
 fn main() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for n in [1_000usize, 10_000, 100_000] {
         let values: Vec<Value> = (0..n)
-            .map(|_| {
-                let text: Vec<&str> = (0..12).map(|_| rng.word()).collect();
-                json!({"evidence_quote": text.join(" "), "category": "context"})
-            })
+            .map(|_| json!({"evidence_quote": rng.words(12), "category": "context"}))
             .collect();
         let embeddings: Vec<StoredEmbedding> = (0..n)
             .map(|_| StoredEmbedding {
-                vector: (0..384).map(|_| rng.unit()).collect(),
+                vector: rng.vector(384),
                 model: "m".into(),
                 dim: 384,
             })
@@ -108,8 +36,8 @@ fn main() {
         let build_ms = built.elapsed().as_secs_f64() * 1000.0;
         let queries: Vec<(String, Vec<f32>)> = (0..200)
             .map(|_| {
-                let q: Vec<&str> = (0..4).map(|_| rng.word()).collect();
-                (q.join(" "), (0..384).map(|_| rng.unit()).collect())
+                let q = rng.words(4);
+                (q, rng.vector(384))
             })
             .collect();
         for mode in [SearchMode::Token, SearchMode::Embedding, SearchMode::Hybrid] {

@@ -32,91 +32,12 @@ use opencouch_memory::{MemoryBackend, MemoryRecord, StoredEmbedding};
 use opencouch_runtime::memory::StoreBackend;
 use opencouch_store::Stores;
 
-const DIM: usize = 384;
-const WORDS: &[&str] = &[
-    "work",
-    "stress",
-    "sleep",
-    "sister",
-    "brother",
-    "exam",
-    "running",
-    "walk",
-    "anxious",
-    "tired",
-    "job",
-    "boss",
-    "friend",
-    "panic",
-    "breathing",
-    "music",
-    "family",
-    "move",
-    "city",
-    "school",
-    "money",
-    "rent",
-    "partner",
-    "dog",
-    "cat",
-    "garden",
-    "cooking",
-    "therapy",
-    "doctor",
-    "health",
-    "grief",
-    "loss",
-    "birthday",
-    "holiday",
-    "weekend",
-    "morning",
-    "night",
-    "coffee",
-    "reading",
-    "painting",
-    "guitar",
-    "meeting",
-    "deadline",
-    "project",
-    "team",
-    "lonely",
-    "calm",
-    "hope",
-    "goal",
-    "habit",
-    "pottery",
-    "climbing",
-    "swimming",
-    "poetry",
-    "chess",
-    "yoga",
-    "baking",
-    "camping",
-    "gardening",
-    "volunteering",
-    "dancing",
-    "knitting",
-    "hiking",
-    "cycling",
-];
+#[path = "../../memory/benches/support/synthetic.rs"]
+mod synthetic;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn word(&mut self) -> &'static str {
-        WORDS[(self.next() % WORDS.len() as u64) as usize]
-    }
-    fn vector(&mut self) -> Vec<f32> {
-        (0..DIM)
-            .map(|_| (self.next() % 10_000) as f32 / 5_000.0 - 1.0)
-            .collect()
-    }
-}
+use synthetic::{Rng, percentile};
+
+const DIM: usize = 384;
 
 /// Returns the vector it was given for the next query, instantly.
 struct Precomputed(std::sync::Mutex<Vec<f32>>);
@@ -161,23 +82,17 @@ async fn one_query(
     (t.elapsed().as_secs_f64() * 1000.0, m.working_memory.len())
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
     let started = Instant::now();
     let mut pending = Vec::new();
     for i in 0..n {
-        let quote: Vec<&str> = (0..12).map(|_| rng.word()).collect();
         let fact = SemanticFact::new(
             NewFact {
                 category: FactCategory::Context,
                 subject: EntityRef::user(),
                 predicate: Predicate::Experienced,
                 object: EntityRef::new(EntityType::Event, rng.word()).expect("entity"),
-                evidence_quote: format!("{} ({i})", quote.join(" ")),
+                evidence_quote: format!("{} ({i})", rng.words(12)),
                 confidence: 0.8,
                 source_session_id: None,
                 source_turn_index: None,
@@ -188,7 +103,7 @@ async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
         )
         .expect("fact");
         let emb = StoredEmbedding {
-            vector: rng.vector(),
+            vector: rng.vector(DIM),
             model: "bench".into(),
             dim: DIM,
         };
@@ -211,7 +126,7 @@ async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
 async fn bench(label: &str, stores: &Stores, sizes: &[usize]) {
     let backend = StoreBackend::new(stores.memory.clone());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let embedder = Arc::new(Precomputed(std::sync::Mutex::new(rng.vector())));
+    let embedder = Arc::new(Precomputed(std::sync::Mutex::new(rng.vector(DIM))));
     let mut have = 0usize;
     let owner = "bench-owner";
     for &n in sizes {
@@ -219,8 +134,8 @@ async fn bench(label: &str, stores: &Stores, sizes: &[usize]) {
         have = n;
         let queries: Vec<(String, Vec<f32>)> = (0..200)
             .map(|_| {
-                let q: Vec<&str> = (0..4).map(|_| rng.word()).collect();
-                (q.join(" "), rng.vector())
+                let q = rng.words(4);
+                (q, rng.vector(DIM))
             })
             .collect();
         let cache = IndexCache::default();

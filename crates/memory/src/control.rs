@@ -325,8 +325,18 @@ pub const SAFETY_PREFERENCE_REPLY: &str = "I can't save that one: if things ever
 /// Maximum options offered for one query.
 pub const MAX_DELETE_OPTIONS: usize = 5;
 
+/// Words that open a request addressed to the assistant ("keep answers
+/// short", "call me Sam"): such a preference reads "You prefer that I …".
+const IMPERATIVE_OPENERS: &[&str] = &[
+    "always", "answer", "ask", "avoid", "be", "bring", "call", "check", "do", "don't", "dont",
+    "explain", "focus", "give", "go", "help", "keep", "let", "mention", "never", "offer", "remind",
+    "reply", "respond", "say", "share", "show", "skip", "speak", "stay", "stop", "suggest", "talk",
+    "tell", "try", "use", "write",
+];
+
 /// Normalizes a preference into a second-person rule, deterministically:
-/// "short answers" → "You prefer short answers.".
+/// "short answers" → "You prefer short answers."; a request to the
+/// assistant, "keep answers short" → "You prefer that I keep answers short.".
 ///
 /// # Errors
 /// [`ControlError::BlankPreference`] for blank text; a [`TypeError`] when the
@@ -377,6 +387,12 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
             })
             .collect();
         let body = swapped.join(" ");
+        let opener = lower.split(' ').next().unwrap_or_default();
+        let lead = if IMPERATIVE_OPENERS.contains(&opener) {
+            "You prefer that I"
+        } else {
+            "You prefer"
+        };
         let mut c = body.chars();
         let first_lower = match (c.next(), c.clone().next()) {
             (Some(f), Some(s)) if !s.is_uppercase() => {
@@ -384,7 +400,7 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
             }
             _ => body.clone(),
         };
-        format!("You prefer {first_lower}")
+        format!("{lead} {first_lower}")
     };
     let rule = format!("{rule}.");
     if rule.chars().count() > MAX_QUOTE_CHARS {
@@ -1684,6 +1700,24 @@ mod tests {
                 "You prefer examples from your own life.",
             ),
             ("CBT exercises", "You prefer CBT exercises."),
+            // Requests addressed to the assistant.
+            (
+                "keep answers short",
+                "You prefer that I keep answers short.",
+            ),
+            (
+                "Please always keep answers short.",
+                "You prefer that I always keep answers short.",
+            ),
+            ("call me Sam", "You prefer that I call you Sam."),
+            ("don't use jargon", "You prefer that I don't use jargon."),
+            (
+                "remind me to breathe when I panic",
+                "You prefer that I remind you to breathe when you panic.",
+            ),
+            ("be direct with me", "You prefer that I be direct with you."),
+            // A noun phrase that merely starts like a verb stays as it is.
+            ("calm music", "You prefer calm music."),
         ];
         for (input, want) in cases {
             assert_eq!(normalize_preference(input).unwrap(), want, "{input}");

@@ -942,7 +942,10 @@ async fn build_layer(
         )
     })
     .await
-    .unwrap_or_else(|_| IndexedLayer::build(Vec::new(), None, 1.0))
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "semantic index build task failed; searching no facts this turn");
+        IndexedLayer::build(Vec::new(), None, 1.0)
+    })
 }
 
 /// The semantic layer of an owner, from the cache when it is current.
@@ -953,14 +956,14 @@ async fn semantic_layer(
     model: Option<(&str, usize)>,
     dense_weight: f64,
 ) -> Result<(Arc<IndexedLayer>, CacheOutcome), BackendError> {
-    let Some(cache) = cache else {
-        let records = backend.list(owner_id, MemoryKind::Semantic).await?;
-        let layer = build_layer(records, model, dense_weight).await;
-        return Ok((Arc::new(layer), CacheOutcome::Off));
-    };
     // The revision is read before the records: a write in between makes
     // the cached entry look stale next time, never current when it is not.
-    let Some(revision) = backend.revision(owner_id, MemoryKind::Semantic).await? else {
+    let revision = match cache {
+        Some(_) => backend.revision(owner_id, MemoryKind::Semantic).await?,
+        None => None,
+    };
+    let (Some(cache), Some(revision)) = (cache, revision) else {
+        // No cache, or a backend that keeps no revisions: index afresh.
         let records = backend.list(owner_id, MemoryKind::Semantic).await?;
         let layer = build_layer(records, model, dense_weight).await;
         return Ok((Arc::new(layer), CacheOutcome::Off));

@@ -147,16 +147,19 @@ fn held_summary(b: &SessionMemoryBuffer) -> Vec<String> {
         .collect()
 }
 
+/// The extractor proposing "my sister's name is Sarah" as a fact held for
+/// the session end.
+fn sister_sarah_extraction() -> Reply {
+    Reply::json(json!({
+        "facts": [fact_json("relationship", "Person", "Sarah", "KNOWS", "my sister's name is Sarah", "commit_at_session_end")],
+        "rules": []
+    }))
+}
+
 #[tokio::test]
 async fn extraction_runs_in_the_background_and_lands_in_the_session_buffer() {
     let fake = fake().await;
-    fake.push_when(
-        extraction(),
-        Reply::json(json!({
-            "facts": [fact_json("relationship", "Person", "Sarah", "KNOWS", "my sister's name is Sarah", "commit_at_session_end")],
-            "rules": []
-        })),
-    );
+    fake.push_when(extraction(), sister_sarah_extraction());
     let rt = hybrid(&fake);
     let out = turn(
         &rt,
@@ -389,11 +392,7 @@ async fn late_extraction_never_writes_into_an_ended_or_new_session() {
         let fake = fake().await;
         fake.push_when(
             extraction(),
-            Reply::json(json!({
-                "facts": [fact_json("relationship", "Person", "Sarah", "KNOWS", "my sister's name is Sarah", "commit_at_session_end")],
-                "rules": []
-            }))
-            .with_latency(Duration::from_secs(3)),
+            sister_sarah_extraction().with_latency(Duration::from_secs(3)),
         );
         let stores = Stores::in_memory();
         // Two runtimes on one store stand for two processes: the other one
@@ -537,11 +536,7 @@ async fn privacy_request_discards_in_flight_extraction() {
     let fake = fake().await;
     fake.push_when(
         extraction(),
-        Reply::json(json!({
-            "facts": [fact_json("relationship", "Person", "Sarah", "KNOWS", "my sister's name is Sarah", "commit_at_session_end")],
-            "rules": []
-        }))
-        .with_latency(Duration::from_millis(800)),
+        sister_sarah_extraction().with_latency(Duration::from_millis(800)),
     );
     let rt = hybrid(&fake);
     turn(&rt, "x-priv", "my sister's name is Sarah").await;

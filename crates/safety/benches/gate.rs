@@ -61,6 +61,25 @@ fn main() {
     rate("normalize", iterations, |m| {
         opencouch_safety::normalize(m).len()
     });
+    let normalized: Vec<String> = MESSAGES
+        .iter()
+        .map(|m| opencouch_safety::normalize(m))
+        .collect();
+    let rules = opencouch_safety::rules::rules().expect("rules load");
+    let by_text = |m: &str| {
+        MESSAGES
+            .iter()
+            .position(|x| *x == m)
+            .map_or("", |i| normalized[i].as_str())
+    };
+    rate("phrase families (scan)", iterations, |m| {
+        usize::from(rules.scan(by_text(m)).is_empty())
+    });
+    rate("grammar", iterations, |m| {
+        opencouch_safety::grammar::analyze(by_text(m))
+            .constructs
+            .len()
+    });
     rate("classify (no history)", iterations, |m| {
         usize::from(opencouch_safety::classify(&[], m).assessment.level.get())
     });
@@ -69,7 +88,24 @@ fn main() {
         opencouch_core::Message::assistant("I'm sorry. Do you want to tell me more?"),
         opencouch_core::Message::user("everything feels heavy"),
     ];
-    rate("classify (3-turn history)", iterations / 4, |m| {
+    // As in the runtime: earlier user turns carry the level the gate gave them.
+    let mut scored = history.clone();
+    for m in scored.iter_mut().filter(|m| m.is_user()) {
+        m.crisis_level = Some(0);
+    }
+    rate(
+        "classify (3-turn history, levels stored)",
+        iterations,
+        |m| {
+            usize::from(
+                opencouch_safety::classify(&scored, m)
+                    .assessment
+                    .level
+                    .get(),
+            )
+        },
+    );
+    rate("classify (3-turn history, unscored)", iterations / 4, |m| {
         usize::from(
             opencouch_safety::classify(&history, m)
                 .assessment

@@ -1,12 +1,12 @@
 //! The deterministic crisis classifier (the gate's offline path and the
 //! overrides the hybrid gate applies before any model).
 
-use opencouch_core::message::last_user_turns;
 use opencouch_core::{
     ClassifierPath, Confidence, CrisisAssessment, CrisisLevel, Message, OverrideKind, Role,
 };
 use serde::Serialize;
 
+use crate::grammar::{self, GrammarReport};
 use crate::normalize::normalize;
 use crate::rules::{Family, FamilySet, Rules, rules};
 
@@ -28,23 +28,123 @@ pub struct Classification {
     pub override_kind: Option<OverrideKind>,
     /// Names of the phrase families that matched (never the matched text).
     pub matched_families: Vec<&'static str>,
+    /// Grammar constructs that fired (see [`crate::grammar`]).
+    pub constructs: Vec<&'static str>,
+    /// Which layer decided the level.
+    pub layer: Layer,
 }
 
-/// Families found in one text: `raw` before span stripping, `risk` after.
-#[derive(Debug, Clone, Copy, Default)]
+/// The layer of the deterministic gate that decided a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// The compositional risk grammar (a construct, or explicit ideation
+    /// combined with a time, resolution or means cue).
+    Grammar,
+    /// A phrase family.
+    Lexicon,
+    /// Earlier user turns (imminent language, continued explicit risk).
+    History,
+    /// An answer to the assistant's safety question.
+    SafetyAnswer,
+    /// No risk signal, or a benign override (idiom, planning language).
+    None,
+}
+
+impl Layer {
+    /// Name used in diagnostics and evaluation output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Layer::Grammar => "grammar",
+            Layer::Lexicon => "lexicon",
+            Layer::History => "history",
+            Layer::SafetyAnswer => "safety_answer",
+            Layer::None => "none",
+        }
+    }
+}
+
+/// Families found in one text: `raw` before span stripping, `risk` after
+/// (with clauses about someone else removed and the grammar's findings
+/// added), plus what decided each risk bit.
+#[derive(Debug, Clone, Default)]
 struct Analysis {
     raw: FamilySet,
     risk: FamilySet,
+    grammar: GrammarReport,
+    /// Risk bits that only the grammar supplied.
+    grammar_only: FamilySet,
 }
 
 fn analyze(r: &Rules, normalized: &str) -> Analysis {
     let raw = r.scan(normalized);
-    let risk = if raw.any_strip() {
-        r.scan(&r.strip(normalized))
+    let stripped: std::borrow::Cow<'_, str> = if raw.any_strip() {
+        std::borrow::Cow::Owned(r.strip(normalized))
+    } else {
+        std::borrow::Cow::Borrowed(normalized)
+    };
+    let grammar = grammar::analyze(&stripped);
+    let full = if raw.any_strip() {
+        r.scan(&stripped)
     } else {
         raw
     };
-    Analysis { raw, risk }
+    let lexicon_risk = if grammar.strip_spans.is_empty() {
+        full
+    } else {
+        // Clauses about someone else ("if you want to die, call someone")
+        // are not the speaker's risk: a family that matches inside them
+        // alone is dropped; one that matches the speaker's own clauses, or
+        // only across a clause boundary ("by the time you read this i'll be
+        // gone"), is kept.
+        let mut own = String::with_capacity(stripped.len());
+        let mut other = String::with_capacity(stripped.len());
+        let mut at = 0;
+        for &(start, end) in &grammar.strip_spans {
+            own.push_str(&stripped[at..start]);
+            own.push_str(" | ");
+            other.push_str(&stripped[start..end]);
+            other.push_str(" | ");
+            at = end;
+        }
+        own.push_str(&stripped[at..]);
+        let own_set = r.scan(&own);
+        let other_set = r.scan(&other);
+        let mut kept = FamilySet::default();
+        for f in Family::ALL {
+            if own_set.has(f) || (full.has(f) && !other_set.has(f)) {
+                kept.insert(f);
+            }
+        }
+        kept
+    };
+    let mut raw = raw;
+    if grammar.past_risk {
+        raw.insert(Family::PastRisk);
+    }
+    let mut risk = lexicon_risk;
+    match grammar.level() {
+        3 => risk.insert(Family::Imminent),
+        2 => risk.insert(Family::ClearSelfHarm),
+        _ => {}
+    }
+    // Explicit ideation plus a time, a resolution or means at hand is
+    // imminent ("i want to die, i have the pills right here").
+    if risk.has(Family::ClearSelfHarm) && grammar.imminence_cue() {
+        risk.insert(Family::Imminent);
+    }
+    let mut grammar_only = FamilySet::default();
+    for f in [Family::Imminent, Family::ClearSelfHarm] {
+        if risk.has(f) && !lexicon_risk.has(f) {
+            grammar_only.insert(f);
+        }
+    }
+    Analysis {
+        raw,
+        risk,
+        grammar,
+        grammar_only,
+    }
 }
 
 fn has_risk(a: FamilySet) -> bool {
@@ -73,8 +173,20 @@ fn context(r: &Rules, history: &[Message], message: &str) -> Context {
             prior_explicit = true;
         }
     }
-    for turn in last_user_turns(history, USER_TURN_WINDOW) {
-        let a = analyze(r, &normalize(turn));
+    for m in history
+        .iter()
+        .rev()
+        .filter(|m| m.is_user())
+        .take(USER_TURN_WINDOW)
+    {
+        // A turn the gate already scored 0 or 1 had no explicit or
+        // imminent language (the episode floor and the semantic signal only
+        // raise levels), so only unscored turns and crisis turns are read
+        // again: the text decides whether a crisis turn was imminent.
+        if m.crisis_level.is_some_and(|l| l < 2) {
+            continue;
+        }
+        let a = analyze(r, &normalize(&m.content));
         if a.risk.has(Family::Imminent) {
             prior_imminent = true;
         }
@@ -103,9 +215,15 @@ pub fn has_imminent(history: &[Message], message: &str) -> bool {
 }
 
 fn imminent_from(ctx: &Context) -> bool {
-    ctx.current.risk.has(Family::Imminent)
-        || ctx.prior_imminent
-        || (ctx.prior_explicit && ctx.current.risk.has(Family::ImminentContinuation))
+    ctx.current.risk.has(Family::Imminent) || ctx.prior_imminent || continuation_imminent(ctx)
+}
+
+/// After earlier explicit risk, a plan, time, resolution or means at hand
+/// ("i'm going to do it tonight", "made up my mind", "tonight.") is imminent.
+fn continuation_imminent(ctx: &Context) -> bool {
+    ctx.prior_explicit
+        && (ctx.current.risk.has(Family::ImminentContinuation)
+            || ctx.current.grammar.imminence_cue())
 }
 
 /// True when the current message contains an idiom ("work is killing me")
@@ -115,10 +233,10 @@ fn imminent_from(ctx: &Context) -> bool {
 pub fn idiom_safe_without_risk(message: &str) -> bool {
     let Ok(r) = rules() else { return false };
     let a = analyze(r, &normalize(message));
-    idiom_safe_from(a)
+    idiom_safe_from(&a)
 }
 
-fn idiom_safe_from(a: Analysis) -> bool {
+fn idiom_safe_from(a: &Analysis) -> bool {
     (a.raw.has(Family::IdiomSafe) || a.raw.has(Family::BenignPlanningSafe))
         && !has_risk(a.risk)
         && !a.risk.has(Family::Distress)
@@ -179,18 +297,20 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 path: ClassifierPath::Deterministic,
                 override_kind: None,
                 matched_families: Vec::new(),
+                constructs: Vec::new(),
+                layer: Layer::None,
             };
         }
     };
     let ctx = context(r, history, message);
-    let a = ctx.current;
+    let a = &ctx.current;
     let mut families: Vec<&'static str> = Vec::new();
     for f in Family::ALL {
         let hit = if matches!(
             f,
             Family::ClearSelfHarm | Family::Ambiguous | Family::Distress | Family::Imminent
         ) {
-            a.risk.has(f)
+            a.risk.has(f) && !a.grammar_only.has(f)
         } else {
             a.raw.has(f) || a.risk.has(f)
         };
@@ -198,11 +318,21 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             families.push(f.name());
         }
     }
+    let constructs: Vec<&'static str> = a.grammar.constructs.iter().map(|c| c.name()).collect();
+    // Which layer supplied a risk family: the grammar when only it did.
+    let layer_of = |f: Family| {
+        if a.grammar_only.has(f) {
+            Layer::Grammar
+        } else {
+            Layer::Lexicon
+        }
+    };
     let out = |level: CrisisLevel,
                conf: Confidence,
                reason: &str,
                kind: Option<OverrideKind>,
-               fams: Vec<&'static str>| {
+               fams: Vec<&'static str>,
+               layer: Layer| {
         Classification {
             assessment: CrisisAssessment::new(level, conf, reason),
             path: if kind.is_some() {
@@ -212,17 +342,28 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             },
             override_kind: kind,
             matched_families: fams,
+            constructs: constructs.clone(),
+            layer,
         }
     };
 
     // 1. Imminent.
     if imminent_from(&ctx) {
-        let reason = if a.risk.has(Family::Imminent) {
-            "Imminent-risk language (plan, means, timing or final preparations) in the current message."
+        let (reason, layer) = if a.risk.has(Family::Imminent) {
+            (
+                "Imminent-risk language (plan, means, timing or final preparations) in the current message.",
+                layer_of(Family::Imminent),
+            )
         } else if ctx.prior_imminent {
-            "Imminent-risk language in recent user turns."
+            (
+                "Imminent-risk language in recent user turns.",
+                Layer::History,
+            )
         } else {
-            "Plan, means or timing following earlier explicit risk."
+            (
+                "Plan, means or timing following earlier explicit risk.",
+                Layer::History,
+            )
         };
         if !a.risk.has(Family::Imminent) {
             families.push("history:imminent");
@@ -233,6 +374,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             reason,
             Some(OverrideKind::Imminent),
             families,
+            layer,
         );
     }
 
@@ -254,6 +396,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             reason,
             Some(kind),
             families,
+            Layer::None,
         );
     }
 
@@ -268,6 +411,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "Explicit self-harm language in reply to a safety question.",
                 None,
                 families,
+                layer_of(Family::ClearSelfHarm),
             );
         }
         let risk_question = check.has(Family::SafetyCheckRisk);
@@ -279,6 +423,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "User affirmed having thoughts of suicide or self-harm.",
                 None,
                 families,
+                Layer::SafetyAnswer,
             );
         }
         if !risk_question && check.has(Family::SafetyCheckSafe) && starts_with_no(&ctx.current_text)
@@ -290,6 +435,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "User said they are not safe when asked.",
                 None,
                 families,
+                Layer::SafetyAnswer,
             );
         }
         if a.raw.has(Family::SafetyUnsure) && !denial {
@@ -299,6 +445,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "Unsure answer to a safety question.",
                 None,
                 families,
+                Layer::SafetyAnswer,
             );
         }
         if !a.risk.has(Family::Ambiguous) {
@@ -308,6 +455,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "Safety question answered with a denial or no new risk signal.",
                 Some(OverrideKind::SafetyDenial),
                 families,
+                Layer::SafetyAnswer,
             );
         }
     }
@@ -320,6 +468,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             "Explicit suicidal or self-harm language.",
             None,
             families,
+            layer_of(Family::ClearSelfHarm),
         );
     }
     if ctx.prior_explicit && a.risk.has(Family::Continuation) {
@@ -330,6 +479,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             "Continues earlier explicit suicidal language.",
             None,
             families,
+            Layer::History,
         );
     }
     if a.risk.has(Family::Ambiguous) {
@@ -339,6 +489,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             "Concerning but ambiguous language (hopelessness, burden, wish to disappear).",
             None,
             families,
+            Layer::Lexicon,
         );
     }
     if a.risk.has(Family::Distress) {
@@ -348,6 +499,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             "Strong distress language.",
             None,
             families,
+            Layer::Lexicon,
         );
     }
     if a.raw.has(Family::PastRisk) && !a.raw.has(Family::Recovery) {
@@ -357,6 +509,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             "Mentions past suicidal thoughts or self-harm without a recovery cue.",
             None,
             families,
+            Layer::Lexicon,
         );
     }
     let conf = if a.raw.is_empty() {
@@ -370,6 +523,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
         "No crisis language detected.",
         None,
         families,
+        Layer::None,
     )
 }
 
@@ -389,6 +543,22 @@ mod tests {
         for (msg, lvl) in cases {
             assert_eq!(classify(&[], msg).assessment.level.get(), lvl, "{msg}");
         }
+    }
+
+    #[test]
+    fn stored_levels_spare_rereading_calm_turns() {
+        let text = "i'm going to kill myself tonight";
+        let unscored = vec![Message::user(text), Message::assistant("I'm here.")];
+        assert_eq!(classify(&unscored, "ok").assessment.level.get(), 3);
+        let mut scored = Message::user(text);
+        scored.crisis_level = Some(3);
+        let h = vec![scored, Message::assistant("I'm here.")];
+        assert_eq!(classify(&h, "ok").assessment.level.get(), 3);
+        // A turn the gate scored 0 is not read again.
+        let mut calm = Message::user(text);
+        calm.crisis_level = Some(0);
+        let h = vec![calm, Message::assistant("Okay.")];
+        assert_eq!(classify(&h, "ok").assessment.level.get(), 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! confusion matrix, precision/recall/F1 at two operating points and a
 //! dedupe helper. Pure: callers read files and pass the text in.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +77,11 @@ pub fn parse_csv(input: &str) -> Result<Vec<Vec<String>>, SafetyError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DataFormat {
-    /// One JSON object per line: `{id, history, message, level?}`.
+    /// One JSON object per line: `{id, history, message, level?}`, or the
+    /// original project's case file (a JSON array of `{id, history, message,
+    /// expected_level | expected_level_in, expected_needs_crisis_response,
+    /// expected_needs_clarification, notes}`); `kind` and `lang` are kept
+    /// for grouping misses.
     Jsonl,
     /// CSV `tweet,intention` (1 = positive). Deduplicated by text.
     Twitter,
@@ -107,8 +111,11 @@ impl std::str::FromStr for DataFormat {
 /// The gold label of one case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Gold {
-    /// An exact level 0–3 (JSONL with `level`).
+    /// An exact level 0–3 (JSONL with `level` or `expected_level`).
     Level(u8),
+    /// Any of a set of levels (bit `l` set = level `l` accepted), from
+    /// `expected_level_in`.
+    LevelIn(u8),
     /// Binary label: positive (at risk) or negative.
     Binary(bool),
     /// No label (JSONL without `level`): predictions only.
@@ -126,6 +133,28 @@ pub struct EvalCase {
     pub message: String,
     /// The gold label.
     pub gold: Gold,
+    /// Expected `needs_crisis_response` flag, when the file states it.
+    pub expect_crisis: Option<bool>,
+    /// Expected `needs_clarification` flag, when the file states it.
+    pub expect_clarification: Option<bool>,
+    /// A grouping label from the file (`kind`), if any.
+    pub kind: Option<String>,
+}
+
+impl EvalCase {
+    /// Whether `level` satisfies every expectation of the case (level or
+    /// level set, and both flags when stated); `None` for binary or
+    /// unlabeled cases.
+    pub fn passes(&self, level: u8) -> Option<bool> {
+        let level_ok = match self.gold {
+            Gold::Level(g) => g == level,
+            Gold::LevelIn(mask) => mask & (1 << level.min(3)) != 0,
+            Gold::Binary(_) | Gold::Unlabeled => return None,
+        };
+        let crisis_ok = self.expect_crisis.is_none_or(|e| e == (level >= 2));
+        let clar_ok = self.expect_clarification.is_none_or(|e| e == (level == 1));
+        Some(level_ok && crisis_ok && clar_ok)
+    }
 }
 
 #[derive(Deserialize)]
@@ -135,8 +164,16 @@ struct JsonlCase {
     #[serde(default)]
     history: Vec<JsonlTurn>,
     message: String,
-    #[serde(default)]
+    #[serde(default, alias = "expected_level")]
     level: Option<u8>,
+    #[serde(default)]
+    expected_level_in: Option<Vec<u8>>,
+    #[serde(default)]
+    expected_needs_crisis_response: Option<bool>,
+    #[serde(default)]
+    expected_needs_clarification: Option<bool>,
+    #[serde(default)]
+    kind: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -162,6 +199,23 @@ pub fn parse_cases(format: DataFormat, input: &str) -> Result<Vec<EvalCase>, Saf
 }
 
 fn parse_jsonl(input: &str) -> Result<Vec<EvalCase>, SafetyError> {
+    // The original project's files are one JSON array; ours are JSONL.
+    if input.trim_start().starts_with('[') {
+        let values: Vec<serde_json::Value> =
+            serde_json::from_str(input).map_err(|e| SafetyError::EvalInput {
+                line: e.line(),
+                detail: format!("invalid JSON case array: {e}"),
+            })?;
+        let mut out = Vec::with_capacity(values.len());
+        for (i, v) in values.into_iter().enumerate() {
+            let c: JsonlCase = serde_json::from_value(v).map_err(|e| SafetyError::EvalInput {
+                line: i + 1,
+                detail: format!("invalid case {}: {e}", i + 1),
+            })?;
+            out.push(json_case(c, i + 1)?);
+        }
+        return Ok(out);
+    }
     let mut out = Vec::new();
     for (i, line) in input.lines().enumerate() {
         if line.trim().is_empty() {
@@ -171,40 +225,51 @@ fn parse_jsonl(input: &str) -> Result<Vec<EvalCase>, SafetyError> {
             line: i + 1,
             detail: format!("invalid JSON case: {e}"),
         })?;
-        let mut history = Vec::new();
-        for t in c.history {
-            history.push(match t.role.as_str() {
-                "user" => Message::user(t.content),
-                "assistant" => Message::assistant(t.content),
-                _ => {
-                    return Err(SafetyError::EvalInput {
-                        line: i + 1,
-                        detail: "role must be user or assistant".into(),
-                    });
-                }
-            });
-        }
-        if let Some(l) = c.level
-            && l > 3
-        {
-            return Err(SafetyError::EvalInput {
-                line: i + 1,
-                detail: "level must be 0-3".into(),
-            });
-        }
-        let id = match c.id {
-            Some(serde_json::Value::String(s)) => s,
-            Some(v) => v.to_string(),
-            None => (i + 1).to_string(),
-        };
-        out.push(EvalCase {
-            id,
-            history,
-            message: c.message,
-            gold: c.level.map(Gold::Level).unwrap_or(Gold::Unlabeled),
-        });
+        out.push(json_case(c, i + 1)?);
     }
     Ok(out)
+}
+
+fn json_case(c: JsonlCase, line: usize) -> Result<EvalCase, SafetyError> {
+    let bad = |detail: &str| SafetyError::EvalInput {
+        line,
+        detail: detail.into(),
+    };
+    let mut history = Vec::new();
+    for t in c.history {
+        history.push(match t.role.as_str() {
+            "user" => Message::user(t.content),
+            "assistant" => Message::assistant(t.content),
+            _ => return Err(bad("role must be user or assistant")),
+        });
+    }
+    if c.level.is_some_and(|l| l > 3) {
+        return Err(bad("level must be 0-3"));
+    }
+    let gold = match (c.level, &c.expected_level_in) {
+        (Some(l), _) => Gold::Level(l),
+        (None, Some(set)) => {
+            if set.is_empty() || set.iter().any(|l| *l > 3) {
+                return Err(bad("expected_level_in must list levels 0-3"));
+            }
+            Gold::LevelIn(set.iter().fold(0u8, |m, l| m | (1 << l)))
+        }
+        (None, None) => Gold::Unlabeled,
+    };
+    let id = match c.id {
+        Some(serde_json::Value::String(s)) => s,
+        Some(v) => v.to_string(),
+        None => line.to_string(),
+    };
+    Ok(EvalCase {
+        id,
+        history,
+        message: c.message,
+        gold,
+        expect_crisis: c.expected_needs_crisis_response,
+        expect_clarification: c.expected_needs_clarification,
+        kind: c.kind,
+    })
 }
 
 fn csv_cases(
@@ -251,6 +316,9 @@ fn csv_cases(
             history: Vec::new(),
             message: text.clone(),
             gold,
+            expect_crisis: None,
+            expect_clarification: None,
+            kind: None,
         });
     }
     Ok(out)
@@ -373,6 +441,20 @@ impl EvalReport {
                     self.exact_matches += 1;
                 }
             }
+            Gold::LevelIn(mask) => {
+                // Scored against the lowest accepted level for the matrix and
+                // the operating points; exact match means "in the set".
+                let g = (0..4u8).find(|l| mask & (1 << l) != 0).unwrap_or(0);
+                if self.matrix.len() == 4 {
+                    self.matrix[usize::from(g)][p] += 1;
+                }
+                self.flagged.add(g >= 1, p >= 1);
+                self.escalated.add(g >= 2, p >= 2);
+                self.exact_total += 1;
+                if mask & (1 << p) != 0 {
+                    self.exact_matches += 1;
+                }
+            }
             Gold::Binary(pos) => {
                 if self.matrix.len() == 2 {
                     self.matrix[usize::from(pos)][p] += 1;
@@ -449,6 +531,135 @@ impl EvalReport {
     }
 }
 
+/// Under- and over-detections counted per group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MissCount {
+    /// Predicted below the gold level (or a positive not flagged).
+    pub under: usize,
+    /// Predicted above the gold level (or a negative escalated).
+    pub over: usize,
+}
+
+/// Misses grouped by the deciding layer, by the phrase families and grammar
+/// constructs that fired (or `(none)`), and by the case file's `kind`.
+/// Never holds case text.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MissReport {
+    /// All misses.
+    pub total: MissCount,
+    /// By the layer that decided the level.
+    pub by_layer: BTreeMap<String, MissCount>,
+    /// By family or construct name; `(none)` when nothing fired.
+    pub by_signal: BTreeMap<String, MissCount>,
+    /// By the case's `kind` label, when the file has one.
+    pub by_kind: BTreeMap<String, MissCount>,
+    /// Cases meeting every stated expectation (level or level set, flags).
+    pub checks_passed: usize,
+    /// Cases with level expectations.
+    pub checks_total: usize,
+    /// Ids of failed cases (level expectations), in input order.
+    pub failed_ids: Vec<String>,
+}
+
+impl MissReport {
+    /// Records one prediction: `layer` decided it, `signals` are the names
+    /// of the families and constructs that fired.
+    pub fn record(&mut self, case: &EvalCase, predicted: u8, layer: &str, signals: &[&str]) {
+        if let Some(pass) = case.passes(predicted) {
+            self.checks_total += 1;
+            if pass {
+                self.checks_passed += 1;
+            } else {
+                self.failed_ids.push(case.id.clone());
+            }
+        }
+        let (under, over) = match case.gold {
+            Gold::Level(g) => (predicted < g, predicted > g),
+            Gold::LevelIn(mask) => {
+                let lo = (0..4u8).find(|l| mask & (1 << l) != 0).unwrap_or(0);
+                let hi = (0..4u8).rev().find(|l| mask & (1 << l) != 0).unwrap_or(3);
+                (predicted < lo, predicted > hi)
+            }
+            Gold::Binary(pos) => (pos && predicted == 0, !pos && predicted >= 2),
+            Gold::Unlabeled => (false, false),
+        };
+        if !under && !over {
+            return;
+        }
+        let bump = |m: &mut MissCount| {
+            if under {
+                m.under += 1;
+            } else {
+                m.over += 1;
+            }
+        };
+        bump(&mut self.total);
+        bump(self.by_layer.entry(layer.to_owned()).or_default());
+        if signals.is_empty() {
+            bump(self.by_signal.entry("(none)".to_owned()).or_default());
+        }
+        for s in signals {
+            bump(self.by_signal.entry((*s).to_owned()).or_default());
+        }
+        if let Some(k) = &case.kind {
+            bump(self.by_kind.entry(k.clone()).or_default());
+        }
+    }
+
+    /// A plain-text rendering (groups sorted by size).
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        if self.checks_total > 0 {
+            s.push_str(&format!(
+                "case expectations met (level and flags): {}/{}\n",
+                self.checks_passed, self.checks_total
+            ));
+        }
+        s.push_str(&format!(
+            "misses: {} under-detected, {} over-escalated\n",
+            self.total.under, self.total.over
+        ));
+        for (title, map) in [
+            ("by deciding layer", &self.by_layer),
+            ("by family or construct", &self.by_signal),
+            ("by case kind", &self.by_kind),
+        ] {
+            if map.is_empty() {
+                continue;
+            }
+            s.push_str(&format!("misses {title}: name, under, over\n"));
+            let mut rows: Vec<_> = map.iter().collect();
+            rows.sort_by(|a, b| {
+                (b.1.under + b.1.over)
+                    .cmp(&(a.1.under + a.1.over))
+                    .then(a.0.cmp(b.0))
+            });
+            for (name, m) in rows {
+                s.push_str(&format!("  {name:<32} {:>6} {:>6}\n", m.under, m.over));
+            }
+        }
+        if !self.failed_ids.is_empty() {
+            let shown: Vec<&str> = self
+                .failed_ids
+                .iter()
+                .take(40)
+                .map(String::as_str)
+                .collect();
+            s.push_str(&format!(
+                "failed case ids ({}): {}{}\n",
+                self.failed_ids.len(),
+                shown.join(" "),
+                if self.failed_ids.len() > shown.len() {
+                    " …"
+                } else {
+                    ""
+                }
+            ));
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,5 +723,42 @@ mod tests {
         assert_eq!(l.exact_matches, 1);
         assert_eq!(l.matrix[1][2], 1);
         assert!(l.render().contains("exact level match: 1/2"));
+    }
+
+    #[test]
+    fn original_case_format_and_miss_groups() {
+        let input = r#"[
+          {"id": "a", "history": [], "message": "m1", "expected_level": 2,
+           "expected_needs_crisis_response": true, "expected_needs_clarification": false, "notes": "x"},
+          {"id": "b", "history": [{"role": "user", "content": "h"}], "message": "m2",
+           "expected_level_in": [0, 1], "kind": "idiom"}
+        ]"#;
+        let cases = parse_cases(DataFormat::Jsonl, input).unwrap();
+        assert_eq!(cases.len(), 2);
+        assert_eq!(cases[0].gold, Gold::Level(2));
+        assert_eq!(cases[0].expect_crisis, Some(true));
+        assert_eq!(cases[1].gold, Gold::LevelIn(0b11));
+        assert_eq!(cases[0].passes(2), Some(true));
+        assert_eq!(cases[0].passes(3), Some(false));
+        assert_eq!(cases[1].passes(1), Some(true));
+        assert_eq!(cases[1].passes(2), Some(false));
+        let mut m = MissReport::default();
+        m.record(&cases[0], 0, "none", &[]);
+        m.record(&cases[1], 2, "lexicon", &["clear_self_harm"]);
+        m.record(&cases[1], 0, "none", &[]);
+        assert_eq!(m.total, MissCount { under: 1, over: 1 });
+        assert_eq!(m.by_signal["(none)"].under, 1);
+        assert_eq!(m.by_signal["clear_self_harm"].over, 1);
+        assert_eq!(m.by_kind["idiom"].over, 1);
+        assert_eq!((m.checks_passed, m.checks_total), (1, 3));
+        let text = m.render();
+        assert!(text.contains("by deciding layer") && text.contains("failed case ids (2): a b"));
+        assert!(
+            parse_cases(
+                DataFormat::Jsonl,
+                r#"[{"message": "x", "expected_level_in": [5]}]"#
+            )
+            .is_err()
+        );
     }
 }

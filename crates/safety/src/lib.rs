@@ -16,15 +16,20 @@
 //! * [`eval`]: metrics and dataset readers for measuring the gate.
 
 pub mod classify;
+pub mod episode;
 pub mod error;
 pub mod eval;
+pub mod grammar;
+pub mod language;
 pub mod normalize;
 pub mod plan;
 pub mod prompt;
 pub mod resources;
 pub mod rules;
+pub mod semantic;
 
-pub use classify::{Classification, classify, has_imminent, idiom_safe_without_risk};
+pub use classify::{Classification, Layer, classify, has_imminent, idiom_safe_without_risk};
+pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
 pub use error::SafetyError;
 pub use normalize::normalize;
 pub use plan::{CrisisResponsePlan, RiskLabel, build_response_plan, safety_question};

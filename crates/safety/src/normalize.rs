@@ -11,6 +11,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
+use std::hash::{BuildHasherDefault, Hasher};
+
+use aho_corasick::AhoCorasick;
 use serde::Deserialize;
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
@@ -33,10 +36,35 @@ struct RawStretch {
 
 /// The loaded normalization tables.
 pub(crate) struct Tables {
-    pub(crate) tokens: HashMap<String, String>,
+    pub(crate) tokens: HashMap<String, String, BuildHasherDefault<Fnv>>,
     /// Padded (" key ", " value ") pairs, longest key first.
     pub(crate) phrases: Vec<(String, String)>,
+    /// Finds whether any phrase key occurs at all (most messages have none).
+    phrase_finder: Option<AhoCorasick>,
     pub(crate) double_words: HashSet<String>,
+}
+
+/// FNV-1a: the token table is looked up once per word, so a cheap hash
+/// matters more than DoS resistance (the keys are our own data).
+#[derive(Default)]
+pub(crate) struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
 }
 
 pub(crate) fn load_tables() -> Result<Tables, SafetyError> {
@@ -50,9 +78,11 @@ pub(crate) fn load_tables() -> Result<Tables, SafetyError> {
         .map(|(k, v)| (format!(" {k} "), format!(" {v} ")))
         .collect();
     phrases.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    let phrase_finder = AhoCorasick::new(phrases.iter().map(|(k, _)| k.as_str())).ok();
     Ok(Tables {
-        tokens: raw.tokens,
+        tokens: raw.tokens.into_iter().collect(),
         phrases,
+        phrase_finder,
         double_words: raw.stretch.double_words.into_iter().collect(),
     })
 }
@@ -95,7 +125,11 @@ pub fn normalize(text: &str) -> String {
     if !out.ends_with(' ') {
         out.push(' ');
     }
-    if out.len() > 2 {
+    let any_phrase = tables
+        .phrase_finder
+        .as_ref()
+        .is_none_or(|ac| ac.is_match(out.as_str()));
+    if out.len() > 2 && any_phrase {
         for (from, to) in &tables.phrases {
             if out.contains(from.as_str()) {
                 // Replace repeatedly: adjacent occurrences share a space.
@@ -121,6 +155,11 @@ fn unicode_fold(text: &str) -> String {
         .nfkd()
         .filter(|c| !is_combining_mark(*c))
         .filter_map(fold_char)
+        .flat_map(|c| {
+            // German sharp s has no decomposition: "weiß" → "weiss".
+            let pair = if c == 'ß' { ['s', 's'] } else { [c, '\0'] };
+            pair.into_iter().filter(|c| *c != '\0')
+        })
         .collect();
     stripped.nfc().collect::<String>().to_lowercase()
 }
@@ -265,6 +304,25 @@ fn collapse_stretch<'a>(
     word: &'a str,
     double_words: &HashSet<String>,
 ) -> std::borrow::Cow<'a, str> {
+    // Fast path: no run of three identical characters, nothing to do.
+    let mut run = 1usize;
+    let mut prev = None;
+    let mut found = false;
+    for c in word.chars() {
+        if Some(c) == prev {
+            run += 1;
+            if run >= 3 && c.is_alphabetic() {
+                found = true;
+                break;
+            }
+        } else {
+            run = 1;
+            prev = Some(c);
+        }
+    }
+    if !found {
+        return std::borrow::Cow::Borrowed(word);
+    }
     let chars: Vec<char> = word.chars().collect();
     let mut has_run = false;
     let mut i = 0;

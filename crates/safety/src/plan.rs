@@ -45,6 +45,38 @@ struct Guidance {
     no_verified_results: String,
     lookup_error: String,
     not_attempted: String,
+    no_location_language: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct FollowUpGuidance {
+    found_new: String,
+    found: String,
+    no_location: String,
+    location_refused: String,
+    no_verified_results: String,
+    lookup_error: String,
+    no_location_language: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct FollowUpTexts {
+    openings: Vec<String>,
+    flat_openings: Vec<String>,
+    explicit_opening: String,
+    location_opening: String,
+    location_refused_opening: String,
+    imminent_step: String,
+    check_ins: Vec<String>,
+    imminent_check_in: String,
+    location_hint: String,
+    safe_hint: String,
+    guidance: FollowUpGuidance,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct EpisodeTexts {
+    closed: String,
 }
 
 /// The reviewed texts of `data/crisis_plan.toml`.
@@ -59,6 +91,8 @@ pub struct PlanTexts {
     guidance: Guidance,
     /// Level-1 safety question variants.
     pub safety_questions: Vec<String>,
+    follow_up: FollowUpTexts,
+    episode: EpisodeTexts,
 }
 
 /// Loads the embedded plan texts.
@@ -67,10 +101,15 @@ pub fn load_plan_texts() -> Result<PlanTexts, SafetyError> {
         file: "crisis_plan.toml",
         detail: e.to_string(),
     })?;
-    if t.safety_questions.is_empty() {
+    let f = &t.follow_up;
+    if t.safety_questions.is_empty()
+        || f.openings.is_empty()
+        || f.flat_openings.is_empty()
+        || f.check_ins.is_empty()
+    {
         return Err(SafetyError::Data {
             file: "crisis_plan.toml",
-            detail: "no safety questions".into(),
+            detail: "safety questions, follow-up openings and check-ins must not be empty".into(),
         });
     }
     Ok(t)
@@ -151,10 +190,11 @@ pub fn build_response_plan(
             lookup.status,
             ResourceLookupStatus::NoLocation | ResourceLookupStatus::NotAttempted
         )
-        && !lookup
-            .resources
-            .iter()
-            .any(|r| r.kind != ResourceKind::Directory);
+        && (lookup.by_language.is_some()
+            || !lookup
+                .resources
+                .iter()
+                .any(|r| r.kind != ResourceKind::Directory));
     let question = if ask_location {
         texts.question.location.clone()
     } else if risk == RiskLabel::Imminent {
@@ -170,6 +210,14 @@ pub fn build_response_plan(
         ResourceLookupStatus::LookupError => &g.lookup_error,
         ResourceLookupStatus::NotAttempted | ResourceLookupStatus::Pending => &g.not_attempted,
         ResourceLookupStatus::NoLocation => &g.no_location,
+    };
+    let language_guidance;
+    let guidance = match lookup.by_language {
+        Some(lang) if lookup.status == ResourceLookupStatus::NoLocation => {
+            language_guidance = g.no_location_language.replace("{language}", lang.name());
+            &language_guidance
+        }
+        _ => guidance,
     };
     CrisisResponsePlan {
         risk_level: risk,
@@ -266,6 +314,208 @@ impl CrisisResponsePlan {
     }
 }
 
+// ------------------------------------------------------ episode follow-ups
+
+/// What the follow-up message was, for choosing the opening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowUpMessage {
+    /// A flat or short reply ("ok", "idk").
+    Flat,
+    /// The follow-up itself carries explicit or imminent risk.
+    Risk,
+    /// Anything else.
+    Other,
+}
+
+/// What a follow-up inside an open crisis episode needs to be worded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowUpContext {
+    /// What the message was.
+    pub message: FollowUpMessage,
+    /// The message itself named where the person is (or declined to).
+    pub location_given: bool,
+    /// Imminent risk in this message or earlier in the episode: the
+    /// emergency advice comes first.
+    pub imminent: bool,
+    /// Follow-ups answered in the episode before this one (rotates the
+    /// reviewed variants, so consecutive replies differ).
+    pub turn: u32,
+}
+
+/// The plan of a follow-up reply inside an open crisis episode: not a
+/// repeat of the crisis reply, but an acknowledgement, the local lines when
+/// a country was just given, and one check-in question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FollowUpPlan {
+    /// moderate | imminent | high.
+    pub risk_level: RiskLabel,
+    /// First sentence: acknowledges the follow-up.
+    pub opening: String,
+    /// One immediate safety step (imminent risk only).
+    pub immediate_safety_step: Option<String>,
+    /// How to present the resources.
+    pub resource_guidance: String,
+    /// Verified resources, verbatim from the directory.
+    pub resources: Vec<CrisisResource>,
+    /// Emergency-number advice from the lookup.
+    pub emergency_advice: String,
+    /// The one check-in question.
+    pub question: String,
+    /// One closing line that is not a question.
+    pub hint: Option<String>,
+    /// Lookup status the plan was built from.
+    pub resource_lookup_status: ResourceLookupStatus,
+    /// Always 1.
+    pub max_follow_up_questions: u8,
+    /// Things the reply must not do.
+    pub avoid: Vec<String>,
+}
+
+fn pick(list: &[String], turn: u32) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    list[turn as usize % list.len()].clone()
+}
+
+fn with_country(text: &str, lookup: &ResourceLookup) -> String {
+    let name = lookup.country_name.as_deref().unwrap_or("your country");
+    text.replace("{country}", name)
+}
+
+/// Builds the follow-up plan from the episode context and the lookup.
+pub fn build_follow_up_plan(ctx: &FollowUpContext, lookup: &ResourceLookup) -> FollowUpPlan {
+    let risk = if ctx.imminent {
+        RiskLabel::Imminent
+    } else {
+        RiskLabel::Moderate
+    };
+    let Ok(texts) = TEXTS.as_ref() else {
+        let p = minimal_plan(risk, lookup);
+        return FollowUpPlan {
+            risk_level: risk,
+            opening: "I'm still here with you.".into(),
+            immediate_safety_step: None,
+            resource_guidance: p.resource_guidance,
+            resources: p.resources,
+            emergency_advice: p.emergency_advice,
+            question: "Are you safe right now?".into(),
+            hint: None,
+            resource_lookup_status: lookup.status,
+            max_follow_up_questions: 1,
+            avoid: Vec::new(),
+        };
+    };
+    let f = &texts.follow_up;
+    let status = lookup.status;
+    let opening = match (ctx.location_given, status) {
+        (true, ResourceLookupStatus::Found | ResourceLookupStatus::NoVerifiedResults) => {
+            f.location_opening.clone()
+        }
+        (true, ResourceLookupStatus::LocationRefused) => f.location_refused_opening.clone(),
+        _ => match ctx.message {
+            FollowUpMessage::Risk => f.explicit_opening.clone(),
+            FollowUpMessage::Flat => pick(&f.flat_openings, ctx.turn),
+            FollowUpMessage::Other => pick(&f.openings, ctx.turn),
+        },
+    };
+    let g = &f.guidance;
+    let guidance = match status {
+        ResourceLookupStatus::Found if ctx.location_given => with_country(&g.found_new, lookup),
+        ResourceLookupStatus::Found => g.found.clone(),
+        ResourceLookupStatus::NoVerifiedResults => with_country(&g.no_verified_results, lookup),
+        ResourceLookupStatus::LocationRefused => g.location_refused.clone(),
+        ResourceLookupStatus::LookupError => g.lookup_error.clone(),
+        ResourceLookupStatus::NoLocation
+        | ResourceLookupStatus::NotAttempted
+        | ResourceLookupStatus::Pending => match lookup.by_language {
+            Some(lang) => g.no_location_language.replace("{language}", lang.name()),
+            None => g.no_location.clone(),
+        },
+    };
+    let question = if ctx.imminent {
+        f.imminent_check_in.clone()
+    } else {
+        pick(&f.check_ins, ctx.turn)
+    };
+    let hint = if matches!(
+        status,
+        ResourceLookupStatus::NoLocation | ResourceLookupStatus::NotAttempted
+    ) && !ctx.imminent
+    {
+        f.location_hint.clone()
+    } else {
+        f.safe_hint.clone()
+    };
+    FollowUpPlan {
+        risk_level: risk,
+        opening,
+        immediate_safety_step: ctx.imminent.then(|| f.imminent_step.clone()),
+        resource_guidance: guidance,
+        resources: lookup.resources.clone(),
+        emergency_advice: lookup.emergency_advice.clone(),
+        question,
+        hint: Some(hint),
+        resource_lookup_status: status,
+        max_follow_up_questions: 1,
+        avoid: texts.avoid.clone(),
+    }
+}
+
+impl FollowUpPlan {
+    /// The deterministic follow-up reply. Resource names and numbers are
+    /// copied exactly from the directory.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&self.opening);
+        out.push_str("\n\n");
+        if self.risk_level == RiskLabel::Imminent {
+            out.push_str(&self.emergency_advice);
+            out.push_str("\n\n");
+            if let Some(step) = &self.immediate_safety_step {
+                out.push_str(step);
+                out.push_str("\n\n");
+            }
+        }
+        out.push_str(&self.resource_guidance);
+        for r in &self.resources {
+            out.push('\n');
+            out.push_str(&format_resource(r));
+        }
+        if self.risk_level != RiskLabel::Imminent {
+            out.push_str("\n\n");
+            out.push_str(&self.emergency_advice);
+        }
+        out.push_str("\n\n");
+        out.push_str(&self.question);
+        if let Some(h) = &self.hint {
+            out.push(' ');
+            out.push_str(h);
+        }
+        out
+    }
+
+    /// The plan as JSON for the `get_crisis_support_template` tool.
+    pub fn as_tool_json(&self) -> serde_json::Value {
+        serde_json::to_value(self)
+            .unwrap_or_else(|_| serde_json::json!({"error": "plan serialization failed"}))
+    }
+}
+
+/// Fallback acknowledgement when the data file is unavailable.
+const FALLBACK_CLOSED: &str =
+    "I'm really glad you're feeling safer right now. I'm still here if things get heavy again.";
+
+/// The one reviewed sentence that opens the reply on the turn a crisis
+/// episode closes.
+pub fn episode_closed_acknowledgement() -> String {
+    TEXTS
+        .as_ref()
+        .map(|t| t.episode.closed.clone())
+        .unwrap_or_else(|_| FALLBACK_CLOSED.to_owned())
+}
+
 /// One direct, kind safety question for level 1 (clarifying style; never
 /// hotline text). Rotates through the reviewed variants and avoids
 /// repeating the assistant's last question.
@@ -336,6 +586,22 @@ mod tests {
     }
 
     #[test]
+    fn a_message_in_spanish_with_no_country_gets_spanish_speaking_lines() {
+        let l = crate::resources::lookup_with_language(
+            &LocationResult::none(),
+            crate::language::detect_language("quiero morir, ya no puedo más"),
+        );
+        let p = build_response_plan(&assessment(2), &l);
+        let text = p.render_text();
+        assert!(text.contains("Spanish-speaking countries"), "{text}");
+        assert!(text.contains("024"), "Spain's line: {text}");
+        assert!(
+            p.question.as_deref().unwrap().contains("which country"),
+            "still asks where the person is"
+        );
+    }
+
+    #[test]
     fn every_number_in_the_text_comes_from_the_directory() {
         let digits = regex::Regex::new(r"\+?\d[\d -]{1,}\d").unwrap();
         for code in ["US", "CA", "GB", "AU", "DE", "JP", "IN", "BR"] {
@@ -355,6 +621,121 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn follow_up(
+        message: FollowUpMessage,
+        location_given: bool,
+        imminent: bool,
+        turn: u32,
+    ) -> FollowUpContext {
+        FollowUpContext {
+            message,
+            location_given,
+            imminent,
+            turn,
+        }
+    }
+
+    #[test]
+    fn follow_up_with_a_new_country_gives_its_lines() {
+        let gb = lookup(&LocationResult::country("GB"));
+        let p = build_follow_up_plan(&follow_up(FollowUpMessage::Other, true, false, 0), &gb);
+        let text = p.render_text();
+        assert!(
+            text.starts_with("Thank you for telling me where you are."),
+            "{text}"
+        );
+        assert!(text.contains("United Kingdom"), "{text}");
+        assert!(text.contains("Samaritans: call 116 123"), "{text}");
+        assert!(text.contains("999"), "{text}");
+        assert!(!text.contains("988"), "no foreign numbers: {text}");
+        assert_eq!(text.matches('?').count(), 1, "one question: {text}");
+        // Not a repeat of the opening crisis reply.
+        let opening = build_response_plan(&assessment(2), &gb).render_text();
+        assert_ne!(text, opening);
+        assert!(!text.contains("which country"));
+    }
+
+    #[test]
+    fn follow_ups_rotate_and_never_repeat_the_previous_one() {
+        let none = lookup(&LocationResult::none());
+        for message in [FollowUpMessage::Flat, FollowUpMessage::Other] {
+            let mut last = String::new();
+            for turn in 0..6 {
+                let t = build_follow_up_plan(&follow_up(message, false, false, turn), &none)
+                    .render_text();
+                assert_ne!(t, last, "{message:?} turn {turn}");
+                assert_eq!(t.matches('?').count(), 1, "{t}");
+                assert!(t.contains("which country you're in"), "location hint: {t}");
+                last = t;
+            }
+        }
+        let p = build_follow_up_plan(&follow_up(FollowUpMessage::Risk, false, false, 0), &none);
+        assert!(p.opening.contains("taking it seriously"));
+    }
+
+    #[test]
+    fn imminent_follow_up_puts_the_emergency_number_first() {
+        let us = lookup(&LocationResult::country("US"));
+        let p = build_follow_up_plan(&follow_up(FollowUpMessage::Flat, false, true, 1), &us);
+        let text = p.render_text();
+        let emergency = text.find("911").unwrap();
+        let line = text.find("988").unwrap();
+        assert!(emergency < line, "{text}");
+        assert!(p.immediate_safety_step.is_some());
+        assert_eq!(p.risk_level, RiskLabel::Imminent);
+        assert_eq!(text.matches('?').count(), 1, "{text}");
+        assert_eq!(p.as_tool_json()["risk_level"], "imminent");
+    }
+
+    #[test]
+    fn follow_up_numbers_come_from_the_directory() {
+        let digits = regex::Regex::new(r"\+?\d[\d -]{1,}\d").unwrap();
+        for code in ["US", "GB", "AU", "DE", "CN"] {
+            let l = lookup(&LocationResult::country(code));
+            for imminent in [false, true] {
+                for given in [false, true] {
+                    let text = build_follow_up_plan(
+                        &follow_up(FollowUpMessage::Other, given, imminent, 2),
+                        &l,
+                    )
+                    .render_text();
+                    for m in digits.find_iter(&text) {
+                        let n = m.as_str().trim();
+                        let known = l.resources.iter().any(|r| {
+                            [&r.phone, &r.text]
+                                .into_iter()
+                                .flatten()
+                                .any(|p| p.contains(n) || n.contains(p.as_str()))
+                        }) || l.emergency_advice.contains(n)
+                            || l.resources.iter().any(|r| r.name.contains(n));
+                        assert!(known, "{code}: number {n} not from the directory");
+                    }
+                }
+            }
+        }
+        let refused = lookup(&LocationResult {
+            status: ResourceLookupStatus::LocationRefused,
+            country_code: None,
+        });
+        let p = build_follow_up_plan(&follow_up(FollowUpMessage::Other, true, false, 0), &refused);
+        assert!(p.opening.contains("don't have to tell me"));
+        let cn = lookup(&LocationResult::country("CN"));
+        let p = build_follow_up_plan(&follow_up(FollowUpMessage::Other, true, false, 0), &cn);
+        assert!(
+            p.resource_guidance.contains("China"),
+            "{}",
+            p.resource_guidance
+        );
+    }
+
+    #[test]
+    fn the_closing_acknowledgement_is_one_calm_sentence() {
+        let t = episode_closed_acknowledgement();
+        assert!(t.starts_with("I'm really glad you're feeling safer"));
+        assert!(!t.contains('?'));
+        assert!(!t.chars().any(|c| c.is_ascii_digit()), "no numbers");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SafetyError;
+use crate::language::Lang;
 use crate::normalize::normalize;
 
 const RESOURCES_TOML: &str = include_str!("../data/crisis_resources.toml");
@@ -353,6 +354,10 @@ pub struct ResourceLookup {
     pub resources: Vec<CrisisResource>,
     /// What to do in immediate danger (uses only directory numbers).
     pub emergency_advice: String,
+    /// Set when no country was known and the lines were chosen for the
+    /// countries where the person's language is spoken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_language: Option<Lang>,
 }
 
 /// The international directory entries (the fallback for any location).
@@ -380,6 +385,7 @@ pub fn lookup(location: &LocationResult) -> ResourceLookup {
             country_name: None,
             resources: Vec::new(),
             emergency_advice: GENERIC_EMERGENCY.into(),
+            by_language: None,
         };
     };
     let intl: Vec<CrisisResource> = dir
@@ -395,6 +401,7 @@ pub fn lookup(location: &LocationResult) -> ResourceLookup {
             country_name: name,
             resources: intl.iter().take(MAX_RESOURCES).cloned().collect(),
             emergency_advice: GENERIC_EMERGENCY.into(),
+            by_language: None,
         };
     match (location.status, &location.country_code) {
         (ResourceLookupStatus::Found, Some(code)) => {
@@ -436,6 +443,7 @@ pub fn lookup(location: &LocationResult) -> ResourceLookup {
                 country_name: Some(country.name.clone()),
                 resources,
                 emergency_advice: advice,
+                by_language: None,
             }
         }
         (ResourceLookupStatus::LocationRefused, _) => {
@@ -448,9 +456,93 @@ pub fn lookup(location: &LocationResult) -> ResourceLookup {
     }
 }
 
+/// Like [`lookup`], but when no country is known (no location given, or not
+/// attempted) and the person writes in another language than English, the
+/// lines are those of the countries where that language is spoken (verified
+/// entries that serve the language), followed by the international
+/// directory. A known country, a refusal or English leave [`lookup`]'s answer
+/// unchanged. The status stays `no_location`, so the reply still asks which
+/// country the person is in.
+pub fn lookup_with_language(location: &LocationResult, lang: Lang) -> ResourceLookup {
+    let base = lookup(location);
+    let unknown = matches!(
+        base.status,
+        ResourceLookupStatus::NoLocation | ResourceLookupStatus::NotAttempted
+    );
+    if !unknown || lang == Lang::En {
+        return base;
+    }
+    let Ok(dir) = directory() else {
+        return base;
+    };
+    let mut resources: Vec<CrisisResource> = Vec::new();
+    for code in lang.countries() {
+        if let Some(r) = dir
+            .resource
+            .iter()
+            .find(|r| r.country == *code && r.languages.iter().any(|l| l == lang.code()))
+        {
+            resources.push(r.clone());
+        }
+        if resources.len() >= MAX_RESOURCES - 1 {
+            break;
+        }
+    }
+    if resources.is_empty() {
+        return base;
+    }
+    resources.extend(base.resources.into_iter().take(1));
+    ResourceLookup {
+        resources,
+        by_language: Some(lang),
+        ..base
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn language_lookup_offers_that_languages_countries_when_no_country_is_known() {
+        for lang in [Lang::Es, Lang::Fr, Lang::De, Lang::Pt, Lang::It] {
+            let l = lookup_with_language(&LocationResult::none(), lang);
+            assert_eq!(l.status, ResourceLookupStatus::NoLocation, "{lang:?}");
+            assert_eq!(l.by_language, Some(lang));
+            let national: Vec<_> = l
+                .resources
+                .iter()
+                .filter(|r| r.kind != ResourceKind::Directory)
+                .collect();
+            assert!(!national.is_empty(), "{lang:?} has national lines");
+            for r in &national {
+                assert!(
+                    lang.countries().contains(&r.country.as_str()),
+                    "{lang:?} {}",
+                    r.id
+                );
+                assert!(
+                    r.languages.iter().any(|c| c == lang.code()),
+                    "{lang:?} {}",
+                    r.id
+                );
+            }
+            assert!(
+                l.resources
+                    .iter()
+                    .any(|r| r.kind == ResourceKind::Directory)
+            );
+            assert!(l.resources.len() <= MAX_RESOURCES);
+        }
+        // A known country wins; English changes nothing.
+        let gb = lookup_with_language(&LocationResult::country("GB"), Lang::Es);
+        assert_eq!(gb.by_language, None);
+        assert_eq!(gb.country_code.as_deref(), Some("GB"));
+        assert_eq!(
+            lookup_with_language(&LocationResult::none(), Lang::En),
+            lookup(&LocationResult::none())
+        );
+    }
 
     fn plausible_number(n: &str) -> bool {
         let digits = n.chars().filter(|c| c.is_ascii_digit()).count();

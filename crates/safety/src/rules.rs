@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::error::SafetyError;
 
 const FAMILIES_TOML: &str = include_str!("../data/families.toml");
+const FAMILIES_INTL_TOML: &str = include_str!("../data/families_intl.toml");
 
 /// Every phrase family the classifier knows. The data file must define each
 /// one exactly once.
@@ -169,8 +170,13 @@ struct RawFile {
 pub struct RawFamily {
     /// Family name.
     pub name: String,
-    /// risk | strip | cue | assistant.
+    /// risk | strip | cue | assistant (empty in the multilingual file, where
+    /// the family of the main file decides).
+    #[serde(default)]
     pub role: String,
+    /// Language code, in the multilingual file.
+    #[serde(default)]
+    pub lang: Option<String>,
     /// Level for risk families.
     #[serde(default)]
     pub level: Option<u8>,
@@ -193,6 +199,9 @@ pub struct Rules {
     strip_re: Regex,
     /// The families as loaded (for consistency tests and documentation).
     pub families: Vec<(Family, RawFamily)>,
+    /// The multilingual additions (`data/families_intl.toml`), one entry per
+    /// family and language.
+    pub intl: Vec<(Family, RawFamily)>,
 }
 
 fn expand(src: &str, vars: &HashMap<String, String>) -> String {
@@ -266,6 +275,61 @@ impl Rules {
             }
             families.push((kind, fam));
         }
+        let intl_raw: RawFile =
+            toml::from_str(FAMILIES_INTL_TOML).map_err(|e| SafetyError::Data {
+                file: "families_intl.toml",
+                detail: e.to_string(),
+            })?;
+        let mut intl = Vec::new();
+        for fam in intl_raw.family {
+            let kind = Family::from_name(&fam.name).ok_or_else(|| SafetyError::Data {
+                file: "families_intl.toml",
+                detail: format!("unknown family name {}", fam.name),
+            })?;
+            let Some(lang) = fam.lang.clone() else {
+                return Err(SafetyError::Data {
+                    file: "families_intl.toml",
+                    detail: format!("family {} has no lang", fam.name),
+                });
+            };
+            if kind.assistant_side()
+                || intl.iter().any(|(k, f): &(Family, RawFamily)| {
+                    *k == kind && f.lang.as_deref() == Some(&lang)
+                })
+            {
+                return Err(SafetyError::Data {
+                    file: "families_intl.toml",
+                    detail: format!(
+                        "family {} ({lang}) defined twice or assistant-side",
+                        fam.name
+                    ),
+                });
+            }
+            for (index, p) in fam.patterns.iter().enumerate() {
+                let src = expand(p, &intl_raw.vars);
+                if src.contains('%') {
+                    return Err(SafetyError::Pattern {
+                        family: format!("{} ({lang})", fam.name),
+                        index,
+                        detail: "unknown %variable%".into(),
+                    });
+                }
+                RegexBuilder::new(&src)
+                    .unicode(false)
+                    .build()
+                    .map_err(|e| SafetyError::Pattern {
+                        family: format!("{} ({lang})", fam.name),
+                        index,
+                        detail: e.to_string(),
+                    })?;
+                if kind.strips() {
+                    strip_pats.push(format!("(?:{src})"));
+                }
+                user_pats.push(src);
+                user_map.push(kind);
+            }
+            intl.push((kind, fam));
+        }
         for f in Family::ALL {
             if !families.iter().any(|(k, _)| *k == f) {
                 return Err(SafetyError::Data {
@@ -301,6 +365,7 @@ impl Rules {
             assistant_map: asst_map,
             strip_re,
             families,
+            intl,
         })
     }
 

@@ -34,6 +34,52 @@ fn families_load_and_examples_hit() {
             }
         }
     }
+    for (family, raw) in &rules.intl {
+        let lang = raw.lang.as_deref().unwrap_or("?");
+        assert!(
+            ["es", "fr", "de", "pt", "it"].contains(&lang),
+            "{} has unknown language {lang}",
+            raw.name
+        );
+        assert!(
+            !raw.examples.is_empty(),
+            "{} ({lang}) has no examples",
+            raw.name
+        );
+        for ex in &raw.examples {
+            if !rules.family_matches(*family, &normalize(ex)) {
+                problems.push(format!(
+                    "family {} ({lang}): example {ex:?} does not match",
+                    raw.name
+                ));
+            }
+        }
+        for av in &raw.avoid {
+            if rules.family_matches(*family, &normalize(av)) {
+                problems.push(format!(
+                    "family {} ({lang}): avoid {av:?} matches",
+                    raw.name
+                ));
+            }
+        }
+    }
+    for lang in ["es", "fr", "de", "pt", "it"] {
+        for f in [
+            Family::Imminent,
+            Family::ClearSelfHarm,
+            Family::IdiomSafe,
+            Family::Negation,
+        ] {
+            assert!(
+                rules
+                    .intl
+                    .iter()
+                    .any(|(k, r)| *k == f && r.lang.as_deref() == Some(lang)),
+                "{lang} lacks {}",
+                f.name()
+            );
+        }
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

@@ -1,0 +1,36 @@
+//! Prints what the deterministic gate decides for each argument (or each
+//! line of stdin): level, layer, phrase families and grammar constructs.
+//! `cargo run -p opencouch-safety --example explain -- "message"`
+
+use std::io::BufRead;
+
+fn explain(msg: &str) {
+    let c = opencouch_safety::classify(&[], msg);
+    let n = opencouch_safety::normalize(msg);
+    let g = opencouch_safety::grammar::analyze(&n);
+    println!(
+        "{} [{}] families={:?} constructs={:?} cues(time={},resolve={},means={}) strip={:?}\n    {}",
+        c.assessment.level.get(),
+        c.layer.as_str(),
+        c.matched_families,
+        c.constructs,
+        g.time_cue,
+        g.resolve_cue,
+        g.means_cue,
+        g.strip_spans,
+        msg
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            explain(&line);
+        }
+    } else {
+        for a in &args {
+            explain(a);
+        }
+    }
+}

@@ -79,6 +79,9 @@ string_enum! {
         Deterministic = "deterministic",
         /// The model classifier in hybrid mode.
         LlmPrimary = "llm_primary",
+        /// An open crisis episode held the verdict at its floor (level 2)
+        /// above the message's own level.
+        CrisisEpisode = "crisis_episode",
         VoiceConcurrent = "voice_concurrent",
         VoicePostTurn = "voice_post_turn",
     }

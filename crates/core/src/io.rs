@@ -77,4 +77,13 @@ pub struct AgentOutput {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<serde_json::Value>,
     pub diagnostics: Diagnostics,
+    /// Whether the turn was committed to storage. `false` only when storage
+    /// failed and the reply is a crisis reply delivered anyway (a crisis
+    /// reply never depends on storage); clients show one calm line.
+    #[serde(default = "saved_default")]
+    pub saved: bool,
+}
+
+fn saved_default() -> bool {
+    true
 }

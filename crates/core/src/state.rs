@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::crisis::CrisisAssessment;
+use crate::crisis::{CrisisAssessment, CrisisLevel};
 use crate::diagnostics::Diagnostics;
 use crate::enums::{Approach, Channel, Confidence, ResponseStyle, Route};
 use crate::exercise::ExerciseState;
@@ -136,6 +137,47 @@ impl Default for ClarificationKind {
     }
 }
 
+/// An open crisis episode: opened by a level ≥ 2 turn, kept across turns
+/// until the person says they are safe or a calm stretch passes (the pure
+/// decision is `opencouch_safety::episode`), cleared at session end.
+///
+/// While it is open every follow-up turn stays on the crisis path, with a
+/// floor of level 2 on the gate's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrisisEpisode {
+    /// When the level ≥ 2 turn that opened it was taken.
+    pub opened_at: DateTime<Utc>,
+    /// The thread's user-turn index (`ThreadState::turn_count` after that
+    /// turn) of the opening turn.
+    pub opened_turn: u64,
+    /// The highest level the person's own messages reached in the episode.
+    pub max_level: CrisisLevel,
+    /// ISO 3166 code of the country the person named, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country_code: Option<String>,
+    /// Consecutive calm follow-ups (own level 0, not a flat reply).
+    #[serde(default)]
+    pub calm_turns: u32,
+    /// Follow-up turns answered inside the episode so far (rotates the
+    /// reviewed follow-up texts so no reply repeats the previous one).
+    #[serde(default)]
+    pub follow_ups: u32,
+}
+
+impl CrisisEpisode {
+    /// An episode opened now by a turn at `level`.
+    pub fn open(opened_at: DateTime<Utc>, opened_turn: u64, level: CrisisLevel) -> Self {
+        CrisisEpisode {
+            opened_at,
+            opened_turn,
+            max_level: level,
+            country_code: None,
+            calm_turns: 0,
+            follow_ups: 0,
+        }
+    }
+}
+
 /// The latest snapshot of one thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadState {
@@ -171,6 +213,10 @@ pub struct ThreadState {
     /// The last turn's diagnostics.
     #[serde(default)]
     pub diagnostics: Diagnostics,
+    /// The open crisis episode, if any (absent in snapshots written before
+    /// episodes existed, which load as "no episode").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crisis_episode: Option<CrisisEpisode>,
     /// Fields this version does not know are kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -193,6 +239,7 @@ impl ThreadState {
             therapeutic_approach: None,
             crisis: None,
             diagnostics: Diagnostics::default(),
+            crisis_episode: None,
             extra: Map::new(),
         }
     }
@@ -228,9 +275,11 @@ impl ThreadState {
         self.diagnostics.merge(delta.diagnostics);
     }
 
-    /// Clears the session-scoped fields at session end.
+    /// Clears the session-scoped fields at session end (an open crisis
+    /// episode included).
     pub fn clear_session(&mut self) {
         self.session_progress = SessionProgress::default();
+        self.crisis_episode = None;
         self.exercise_state = None;
         self.pending_memory_action = None;
         self.turn_lifecycle = TurnLifecycle::default();
@@ -295,6 +344,44 @@ mod tests {
         assert!(serde_json::from_value::<ThreadState>(bad_channel).is_err());
         let negative = serde_json::json!({"thread_id": "t", "channel": "web", "turn_count": -1});
         assert!(serde_json::from_value::<ThreadState>(negative).is_err());
+    }
+
+    #[test]
+    fn crisis_episode_round_trips_and_old_snapshots_have_none() {
+        let old = serde_json::json!({"thread_id": "t", "channel": "web", "turn_count": 3});
+        let s: ThreadState = serde_json::from_value(old).unwrap();
+        assert_eq!(s.crisis_episode, None);
+        assert!(
+            serde_json::to_value(&s)
+                .unwrap()
+                .get("crisis_episode")
+                .is_none(),
+            "no key written when there is no episode"
+        );
+
+        let mut s = ThreadState::new("t", Channel::Web);
+        let at = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut ep = CrisisEpisode::open(at, 4, CrisisLevel::IMMINENT);
+        ep.country_code = Some("GB".into());
+        ep.calm_turns = 1;
+        s.crisis_episode = Some(ep.clone());
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["crisis_episode"]["max_level"], 3);
+        assert_eq!(v["crisis_episode"]["country_code"], "GB");
+        let back: ThreadState = serde_json::from_value(v).unwrap();
+        assert_eq!(back.crisis_episode, Some(ep));
+
+        let bad = serde_json::json!({"thread_id": "t", "channel": "web",
+            "crisis_episode": {"opened_at": "2026-01-02T03:04:05Z", "opened_turn": 1, "max_level": 7}});
+        assert!(
+            serde_json::from_value::<ThreadState>(bad).is_err(),
+            "level is strict"
+        );
+
+        s.clear_session();
+        assert_eq!(s.crisis_episode, None, "session end clears the episode");
     }
 
     #[test]

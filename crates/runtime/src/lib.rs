@@ -15,6 +15,7 @@ pub mod memory;
 pub mod plan;
 pub mod policy_model;
 pub mod runtime;
+pub mod semantic;
 pub mod session;
 pub mod specialists;
 pub mod summary;

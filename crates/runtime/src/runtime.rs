@@ -202,6 +202,31 @@ impl Runtime {
         }
     }
 
+    /// Attaches the crisis gate's semantic signal (both memory modes: the
+    /// embedding is computed in-process and never stored).
+    pub fn with_semantic(self, signal: Arc<crate::semantic::SemanticSignal>) -> Self {
+        let i = &self.inner;
+        let inner = Inner {
+            opts: i.opts.clone(),
+            stores: i.stores.clone(),
+            memory_mode: i.memory_mode,
+            model: i.model.clone(),
+            gate: i.gate.clone().with_semantic(signal),
+            embedder: i.embedder.clone(),
+            policy_model: i.policy_model.clone(),
+            extractions: i.extractions.clone(),
+            index_cache: Arc::default(),
+        };
+        Runtime {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Whether the crisis gate's semantic signal is on.
+    pub fn semantic_on(&self) -> bool {
+        self.inner.gate.has_semantic()
+    }
+
     /// Attaches an embedding provider for hybrid memory retrieval (ignored
     /// in incognito, which never embeds anything).
     pub fn with_embedder(self, embedder: EmbedderHandle) -> Self {
@@ -242,9 +267,19 @@ impl Runtime {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }
         };
-        let embedder = crate::memory::embedder_from_settings(settings);
-        Ok(match embedder {
+        // The local model is loaded once and shared by the crisis gate's
+        // semantic signal and memory retrieval.
+        let (semantic, _status) = crate::semantic::SemanticSignal::from_settings(settings);
+        let embedder = match &semantic {
+            Some(s) => Some(Arc::new(s.embedder().clone()) as EmbedderHandle),
+            None => crate::memory::embedder_from_settings(settings),
+        };
+        let runtime = match embedder {
             Some(e) => runtime.with_embedder(e),
+            None => runtime,
+        };
+        Ok(match semantic {
+            Some(s) => runtime.with_semantic(s),
             None => runtime,
         })
     }
@@ -290,11 +325,48 @@ impl Runtime {
         &self,
         input: AgentInput,
     ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+        self.spawn_stream(
+            move |rt, sink| async move { crate::turn::execute(&rt, input, &sink).await },
+        )
+    }
+
+    /// Runs a turn when storage is already known to be unavailable (for
+    /// example a server that could not verify the caller because its user
+    /// store is down). Nothing is read or written: the message goes through
+    /// the crisis gate with no history, a level ≥ 2 message gets the
+    /// deterministic crisis reply with verified resources (`saved: false`),
+    /// and anything else fails with `error` (a crisis reply never depends
+    /// on storage; nothing else is promised without it).
+    pub async fn run_turn_without_storage(
+        &self,
+        input: AgentInput,
+        error: StoreError,
+    ) -> Result<AgentOutput, RuntimeError> {
+        crate::turn::execute_without_storage(self, input, &crate::turn::EventSink::none(), error)
+            .await
+    }
+
+    /// [`Runtime::run_turn_without_storage`] as a stream of events.
+    pub fn run_turn_stream_without_storage(
+        &self,
+        input: AgentInput,
+        error: StoreError,
+    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+        self.spawn_stream(move |rt, sink| async move {
+            crate::turn::execute_without_storage(&rt, input, &sink, error).await
+        })
+    }
+
+    fn spawn_stream<F, Fut>(&self, run: F) -> impl Stream<Item = StreamEvent> + Send + 'static
+    where
+        F: FnOnce(Runtime, crate::turn::EventSink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel::<StreamEvent>(64);
         let runtime = self.clone();
         tokio::spawn(async move {
             let sink = crate::turn::EventSink::new(tx.clone());
-            let result = crate::turn::execute(&runtime, input, &sink).await;
+            let result = run(runtime, sink).await;
             let last = match result {
                 Ok(output) => StreamEvent::Done {
                     output: Box::new(output),

@@ -22,6 +22,10 @@ use opencouch_prompts::{InstructionSpec, Specialist};
 use opencouch_store::ResponsePath;
 use serde_json::Value;
 
+use opencouch_core::state::CrisisEpisode;
+use opencouch_safety::episode::{FollowUpDecision, ReplyKind};
+use opencouch_safety::plan::{FollowUpContext, FollowUpMessage, build_follow_up_plan};
+
 use crate::agent::{LoopOutcome, Tool, Toolbox, run_tool_loop};
 use crate::gate::GateVerdict;
 use crate::memory::LoadedMemory;
@@ -29,7 +33,7 @@ use crate::plan::{PlanKind, RoutePlan};
 use crate::runtime::Runtime;
 use crate::tools::{
     AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill,
-    LookupCrisisResources, ToolContext, TurnEffects, crisis_lookup,
+    LookupCrisisResources, ToolContext, TurnEffects, crisis_lookup_in,
 };
 use crate::triage::TriageDecision;
 
@@ -44,6 +48,16 @@ pub struct SpecialistInput<'a> {
     pub history: &'a [Message],
     pub input: &'a AgentInput,
     pub memory: Option<&'a LoadedMemory>,
+    /// The crisis episode that was open before this turn, with the gate's
+    /// decision for it (`None` when no episode was open).
+    pub episode: Option<EpisodeTurn<'a>>,
+}
+
+/// An open crisis episode and the gate's decision for this turn.
+#[derive(Debug, Clone, Copy)]
+pub struct EpisodeTurn<'a> {
+    pub episode: &'a CrisisEpisode,
+    pub decision: &'a FollowUpDecision,
 }
 
 /// Crisis-path facts for the crisis log.
@@ -55,6 +69,8 @@ pub struct CrisisInfo {
     pub tool_calls: Vec<String>,
     pub fallback_reason: Option<String>,
     pub llm_failure: bool,
+    /// The country of the resources shown, when the person named one.
+    pub country_code: Option<String>,
 }
 
 /// What a specialist produced.
@@ -104,7 +120,84 @@ pub(crate) fn tool_context(rt: &Runtime, si: &SpecialistInput<'_>) -> ToolContex
         message: si.input.message.clone(),
         history: si.history.to_vec(),
         crisis: si.verdict.assessment().clone(),
+        episode_country: episode_country(si).map(str::to_owned),
+        follow_up: follow_up_context(si),
         effects: Mutex::new(TurnEffects::default()),
+    }
+}
+
+/// The country recorded in the open crisis episode, if any.
+fn episode_country<'a>(si: &SpecialistInput<'a>) -> Option<&'a str> {
+    si.episode.and_then(|e| e.episode.country_code.as_deref())
+}
+
+/// How a crisis turn inside an open episode is worded: a follow-up (not a
+/// repeat of the crisis reply), or `None` for the full crisis reply (no
+/// episode, the episode is closing, or the first imminent message after an
+/// explicit opening, whose means-safety step must be said in full).
+pub(crate) fn follow_up_context(si: &SpecialistInput<'_>) -> Option<FollowUpContext> {
+    let ep = si.episode?;
+    let d = ep.decision;
+    if d.close.is_some() {
+        return None;
+    }
+    if d.own_level >= opencouch_core::CrisisLevel::IMMINENT
+        && ep.episode.max_level < opencouch_core::CrisisLevel::IMMINENT
+    {
+        return None;
+    }
+    let here = opencouch_safety::extract_location(&[], &si.input.message);
+    Some(FollowUpContext {
+        message: if d.own_level.needs_crisis_response() {
+            FollowUpMessage::Risk
+        } else if d.kind == ReplyKind::Flat {
+            FollowUpMessage::Flat
+        } else {
+            FollowUpMessage::Other
+        },
+        location_given: here.status != opencouch_core::ResourceLookupStatus::NoLocation,
+        imminent: d.max_level >= opencouch_core::CrisisLevel::IMMINENT,
+        turn: ep.episode.follow_ups,
+    })
+}
+
+/// The deterministic crisis reply text for a lookup: the follow-up plan
+/// inside an open episode, else the crisis response plan.
+fn crisis_text(
+    assessment: &opencouch_core::CrisisAssessment,
+    follow_up: Option<&FollowUpContext>,
+    lookup: &opencouch_safety::ResourceLookup,
+) -> String {
+    match follow_up {
+        Some(ctx) => build_follow_up_plan(ctx, lookup).render_text(),
+        None => opencouch_safety::build_response_plan(assessment, lookup).render_text(),
+    }
+}
+
+/// Told to the model on a follow-up inside an open crisis episode.
+const FOLLOW_UP_NOTE: &str = "This turn is a follow-up inside an open crisis episode: the person already received a crisis reply with verified resources (it is in the conversation). Do not repeat that reply. Acknowledge what they just said in one or two warm sentences, give the verified lines for their country if they just named where they are, and ask exactly one short check-in question. Use only numbers from the verified resources; the crisis support template tool returns this turn's follow-up plan.";
+
+/// The deterministic crisis reply for a verdict, with no model and no
+/// stored context (used when storage failed before the gate).
+pub(crate) fn deterministic_crisis(verdict: &GateVerdict, message: &str) -> SpecialistOutcome {
+    let lookup = crisis_lookup_in(&[], message, None);
+    let mut diag = Diagnostics::new();
+    diag.set("crisis_resource_status", lookup.status.as_str());
+    SpecialistOutcome {
+        text: crisis_text(verdict.assessment(), None, &lookup),
+        style: ResponseStyle::CrisisResponse,
+        resources: resources_json(&lookup),
+        crisis: Some(CrisisInfo {
+            response_path: ResponsePath::Deterministic,
+            lookup_status: lookup.status,
+            resource_count: lookup.resources.len() as u32,
+            tool_calls: Vec::new(),
+            fallback_reason: Some("storage_unavailable".to_owned()),
+            llm_failure: verdict.llm_failure(),
+            country_code: lookup.country_code.clone(),
+        }),
+        diagnostics: diag,
+        ..Default::default()
     }
 }
 
@@ -191,14 +284,19 @@ fn numbers_verified(reply: &str, verified_text: &str) -> bool {
 async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let assessment = si.verdict.assessment();
     let mut diag = Diagnostics::new();
+    let follow_up = follow_up_context(si);
+    if follow_up.is_some() {
+        diag.set("crisis_reply_kind", "episode_follow_up");
+    }
+    let country = episode_country(si);
+    let do_lookup = || crisis_lookup_in(si.history, &si.input.message, country);
     let deterministic = |lookup: opencouch_safety::ResourceLookup,
                          path: ResponsePath,
                          diag: Diagnostics,
                          fallback: Option<String>,
                          llm_failure: bool| {
-        let plan = opencouch_safety::build_response_plan(assessment, &lookup);
         SpecialistOutcome {
-            text: plan.render_text(),
+            text: crisis_text(assessment, follow_up.as_ref(), &lookup),
             style: ResponseStyle::CrisisResponse,
             resources: resources_json(&lookup),
             crisis: Some(CrisisInfo {
@@ -208,13 +306,14 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
                 tool_calls: Vec::new(),
                 fallback_reason: fallback,
                 llm_failure,
+                country_code: lookup.country_code.clone(),
             }),
             diagnostics: diag,
             ..Default::default()
         }
     };
     let Some(m) = model(rt) else {
-        let lookup = crisis_lookup(si.history, &si.input.message);
+        let lookup = do_lookup();
         diag.set("crisis_resource_status", lookup.status.as_str());
         return deterministic(lookup, ResponsePath::Deterministic, diag, None, false);
     };
@@ -228,10 +327,17 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
     ];
     let toolbox = Toolbox::new(tools);
     diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
+    let crisis_messages = || {
+        let mut msgs = messages_for(&spec);
+        if follow_up.is_some() {
+            msgs.insert(1, ChatMessage::system(FOLLOW_UP_NOTE));
+        }
+        msgs
+    };
     let first = run_tool_loop(
         m.as_ref(),
         ModelTier::Control,
-        messages_for(&spec),
+        crisis_messages(),
         &toolbox,
         &ctx,
     )
@@ -242,10 +348,10 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
             // The model skipped the required lookup: do it ourselves and
             // re-run with the result in context and the lookup tool removed.
             diag.set("openai_crisis_tool_fallback", true);
-            let lookup = crisis_lookup(si.history, &si.input.message);
+            let lookup = do_lookup();
             let result = serde_json::to_value(&lookup).unwrap_or(Value::Null);
             ctx.with_effects(|e| e.crisis_lookup = Some(lookup));
-            let mut msgs = messages_for(&spec);
+            let mut msgs = crisis_messages();
             msgs.insert(
                 1,
                 ChatMessage::system(format!(
@@ -277,14 +383,13 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
     let lookup = ctx
         .with_effects(|e| e.crisis_lookup.clone())
         .flatten()
-        .unwrap_or_else(|| crisis_lookup(si.history, &si.input.message));
+        .unwrap_or_else(do_lookup);
     diag.set("crisis_resource_status", lookup.status.as_str());
     match outcome {
         Ok(o) => {
             record_calls(&mut diag, "openai_crisis", &o);
             let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            let plan = opencouch_safety::build_response_plan(assessment, &lookup);
-            let verified = plan.render_text();
+            let verified = crisis_text(assessment, follow_up.as_ref(), &lookup);
             // Never an invented number: any number the model wrote must be
             // one of the verified ones, else the deterministic reply is used.
             let text = if text.trim().is_empty() || !numbers_verified(&text, &verified) {
@@ -304,6 +409,7 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
                     tool_calls: o.calls.iter().map(|c| c.name.clone()).collect(),
                     fallback_reason,
                     llm_failure: si.verdict.llm_failure(),
+                    country_code: lookup.country_code.clone(),
                 }),
                 diagnostics: diag,
                 ..Default::default()

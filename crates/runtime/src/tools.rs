@@ -28,6 +28,11 @@ pub struct ToolContext {
     pub history: Vec<Message>,
     /// The gate's verdict for this turn.
     pub crisis: CrisisAssessment,
+    /// The country recorded in the thread's open crisis episode.
+    pub episode_country: Option<String>,
+    /// Set on a follow-up inside an open crisis episode: the crisis
+    /// template tool returns the follow-up plan instead of the full one.
+    pub follow_up: Option<opencouch_safety::plan::FollowUpContext>,
     /// What tools did during this turn.
     pub effects: Mutex<TurnEffects>,
 }
@@ -119,7 +124,7 @@ impl Tool for LookupCrisisResources {
                 text = format!("{text}\n{hint}");
             }
         }
-        let lookup = crisis_lookup(&ctx.history, &text);
+        let lookup = crisis_lookup_in(&ctx.history, &text, ctx.episode_country.as_deref());
         let out = serde_json::to_value(&lookup).unwrap_or(Value::Null);
         ctx.with_effects(|e| e.crisis_lookup = Some(lookup));
         Ok(out)
@@ -129,7 +134,36 @@ impl Tool for LookupCrisisResources {
 /// The deterministic lookup used by the tool and by the runtime fallback.
 pub fn crisis_lookup(history: &[Message], message: &str) -> opencouch_safety::ResourceLookup {
     let location = opencouch_safety::extract_location(history, message);
-    opencouch_safety::lookup(&location)
+    // With no country known, the language the person writes in picks the
+    // lines (their recent turns count too: "ok" says nothing about it).
+    let mut recent: Vec<&str> = history
+        .iter()
+        .rev()
+        .filter(|m| m.is_user())
+        .take(3)
+        .map(|m| m.content.as_str())
+        .collect();
+    recent.push(message);
+    let lang = opencouch_safety::language::detect_language(&recent.join("\n"));
+    opencouch_safety::resources::lookup_with_language(&location, lang)
+}
+
+/// The lookup of a crisis turn: what the person says in this message (a
+/// country, or declining to say) wins; then the country recorded in the open
+/// crisis episode; then their recent turns.
+pub fn crisis_lookup_in(
+    history: &[Message],
+    message: &str,
+    episode_country: Option<&str>,
+) -> opencouch_safety::ResourceLookup {
+    let here = opencouch_safety::extract_location(&[], message);
+    if here.status != opencouch_core::ResourceLookupStatus::NoLocation {
+        return opencouch_safety::lookup(&here);
+    }
+    match episode_country {
+        Some(code) => opencouch_safety::lookup(&opencouch_safety::LocationResult::country(code)),
+        None => crisis_lookup(history, message),
+    }
 }
 
 /// `get_crisis_support_template`: the deterministic safety scaffold.
@@ -150,9 +184,13 @@ impl Tool for CrisisSupportTemplate {
         let lookup = ctx
             .with_effects(|e| e.crisis_lookup.clone())
             .flatten()
-            .unwrap_or_else(|| crisis_lookup(&ctx.history, &ctx.message));
-        let plan = opencouch_safety::build_response_plan(&ctx.crisis, &lookup);
-        Ok(plan.as_tool_json())
+            .unwrap_or_else(|| {
+                crisis_lookup_in(&ctx.history, &ctx.message, ctx.episode_country.as_deref())
+            });
+        Ok(match &ctx.follow_up {
+            Some(f) => opencouch_safety::plan::build_follow_up_plan(f, &lookup).as_tool_json(),
+            None => opencouch_safety::build_response_plan(&ctx.crisis, &lookup).as_tool_json(),
+        })
     }
 }
 

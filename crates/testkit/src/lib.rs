@@ -1,4 +1,5 @@
-//! Test kit for OpenCouch: a protocol-faithful fake OpenAI-compatible server.
+//! Test kit for OpenCouch: a protocol-faithful fake OpenAI-compatible server,
+//! and a fake Hugging Face hub for model downloads ([`FakeHub`], see [`hub`]).
 //!
 //! [`FakeOpenAi`] serves real HTTP on `127.0.0.1` (random port) so clients are
 //! exercised end to end: chat completions (JSON and SSE streaming, including
@@ -28,6 +29,7 @@
 
 pub mod canned;
 pub mod embed;
+pub mod hub;
 mod script;
 mod server;
 
@@ -41,6 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use embed::{cosine, hash_embedding};
+pub use hub::{FakeHub, HubRequest};
 pub use script::{Endpoint, Match, Reply, Rule, ScriptedToolCall};
 
 /// Default embedding dimension of the fake embeddings endpoint.

@@ -160,6 +160,7 @@ fn validate_state(s: &Map<String, Value>) -> Result<(), CodecError> {
     check::<Approach>(s, "therapeutic_approach", "state.therapeutic_approach")?;
     check::<CrisisAssessment>(s, "crisis", "state.crisis")?;
     check::<Diagnostics>(s, "diagnostics", "state.diagnostics")?;
+    check::<opencouch_core::state::CrisisEpisode>(s, "crisis_episode", "state.crisis_episode")?;
     if let Some(t) = s.get("transcript") {
         let list = t.as_array().ok_or(CodecError::Decode {
             field: "state.transcript",
@@ -295,6 +296,14 @@ mod tests {
                 json!({"schema_version": 1, "state": {"thread_id": "t", "channel": SENTINEL}}),
                 CodecError::Decode {
                     field: "state.channel",
+                },
+            ),
+            (
+                "bad crisis episode",
+                json!({"schema_version": 1, "state": {"thread_id": "t", "channel": "web",
+                    "crisis_episode": {"opened_at": SENTINEL, "opened_turn": 1, "max_level": 2}}}),
+                CodecError::Decode {
+                    field: "state.crisis_episode",
                 },
             ),
             (

@@ -18,6 +18,8 @@
 
 pub mod codec;
 pub mod error;
+#[cfg(feature = "test-util")]
+pub mod faults;
 pub mod lock;
 pub mod memory;
 pub mod postgres;
@@ -39,8 +41,9 @@ pub use postgres::PgStores;
 pub use records::{
     ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath,
-    SessionWrite, ThreadSnapshot, ThreadSummary, TraceRuntimeMode, TranscriptEntry, TurnCommit,
-    VoiceFinalization, VoiceFinalizationState, opaque_session_id,
+    SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TraceRuntimeMode,
+    TranscriptEntry, TurnCommit, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
+    thread_owner,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;

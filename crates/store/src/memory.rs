@@ -10,7 +10,8 @@ use chrono::{DateTime, NaiveDate, Utc};
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
     CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
-    SessionWrite, ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
+    SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
+    TurnCommit, VoiceFinalization, thread_owner,
 };
 use crate::session::ActiveSession;
 use crate::traits::{
@@ -161,11 +162,20 @@ impl ThreadStore for MemoryBackend {
         Ok(entries(&data.transcript[..end], start))
     }
 
-    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>> {
+    async fn list_threads_page(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        after: Option<&ThreadCursor>,
+    ) -> StoreResult<ThreadPage> {
+        if limit == 0 {
+            return Err(StoreError::Invalid("limit must be at least 1"));
+        }
         let inner = self.lock();
-        let mut out: Vec<ThreadSummary> = inner
+        let mut rows: Vec<ThreadSummary> = inner
             .threads
             .iter()
+            .filter(|(id, _)| owner.is_none_or(|o| thread_owner(id) == o))
             .filter_map(|(id, d)| {
                 d.state.as_ref().map(|(s, at)| ThreadSummary {
                     thread_id: id.clone(),
@@ -174,14 +184,15 @@ impl ThreadStore for MemoryBackend {
                     updated_at: *at,
                 })
             })
+            .filter(|row| after.is_none_or(|c| c.precedes(row)))
             .collect();
-        out.sort_by(|a, b| {
+        rows.sort_by(|a, b| {
             b.updated_at
                 .cmp(&a.updated_at)
-                .then_with(|| a.thread_id.cmp(&b.thread_id))
+                .then_with(|| a.thread_id.as_bytes().cmp(b.thread_id.as_bytes()))
         });
-        out.truncate(limit);
-        Ok(out)
+        rows.truncate(limit.saturating_add(1));
+        Ok(ThreadPage::from_rows(rows, limit))
     }
 
     async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {

@@ -20,8 +20,8 @@ use crate::error::{StoreError, StoreResult};
 use crate::lock::ThreadLocks;
 use crate::records::{
     CommitOutcome, CrisisRecord, DailyCrisisCount, Embedding, FeedbackRecord, MemoryKind,
-    MemoryRecord, ResponsePath, SessionWrite, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, VoiceFinalization, VoiceFinalizationState,
+    MemoryRecord, ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot,
+    ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization, VoiceFinalizationState,
 };
 use crate::session::{ActiveSession, REASON_UNREADABLE_PAYLOAD};
 use crate::sqlite::{conflict, opt_enum, parse_enum, to_i64, to_u64};
@@ -188,6 +188,35 @@ fn session_from_row(row: &sqlx::postgres::PgRow) -> StoreResult<ActiveSession> {
     })
 }
 
+/// The thread listing query: parameters are the owner (when `by_owner`),
+/// the cursor's time and thread id (when `after`), then the row limit.
+/// Thread ids compare in byte order (`COLLATE "C"`), as in the indexes
+/// `thread_state_owner_updated_idx` (one owner) and
+/// `thread_state_updated_id_idx` (every owner) and the other backends.
+fn thread_page_sql(by_owner: bool, after: bool) -> String {
+    let mut n = 0;
+    let mut param = || {
+        n += 1;
+        format!("${n}")
+    };
+    let mut filter = vec!["TRUE".to_owned()];
+    if by_owner {
+        filter.push(format!("owner_id = {}", param()));
+    }
+    if after {
+        let (at, id) = (param(), param());
+        filter.push(format!(
+            "updated_at <= {at} AND (updated_at < {at} OR thread_id COLLATE \"C\" > {id})"
+        ));
+    }
+    format!(
+        "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state WHERE {} \
+         ORDER BY updated_at DESC, thread_id COLLATE \"C\" ASC LIMIT {}",
+        filter.join(" AND "),
+        param(),
+    )
+}
+
 #[async_trait]
 impl ThreadStore for PgStores {
     async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
@@ -331,16 +360,30 @@ impl ThreadStore for PgStores {
         Ok(out)
     }
 
-    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>> {
+    async fn list_threads_page(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        after: Option<&ThreadCursor>,
+    ) -> StoreResult<ThreadPage> {
         const T: &str = "thread_state";
-        let rows = sqlx::query(
-            "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state \
-             ORDER BY updated_at DESC, thread_id ASC LIMIT $1",
-        )
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
+        if limit == 0 {
+            return Err(StoreError::Invalid("limit must be at least 1"));
+        }
+        let sql = thread_page_sql(owner.is_some(), after.is_some());
+        let mut query = sqlx::query(&sql);
+        if let Some(owner) = owner {
+            query = query.bind(owner);
+        }
+        if let Some(c) = after {
+            query = query.bind(c.updated_at).bind(&c.thread_id);
+        }
+        let rows = query
+            .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        let rows = rows
+            .iter()
             .map(|r| {
                 Ok(ThreadSummary {
                     thread_id: r.try_get("thread_id")?,
@@ -349,7 +392,8 @@ impl ThreadStore for PgStores {
                     updated_at: r.try_get("updated_at")?,
                 })
             })
-            .collect()
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(ThreadPage::from_rows(rows, limit))
     }
 
     async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
@@ -726,5 +770,55 @@ impl VoiceFinalizationStore for PgStores {
             })
         })
         .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Every shape of the thread listing can be answered by an index scan
+    /// in listing order. Sequential scans, bitmap scans and sorts are
+    /// discouraged so the tiny table cannot hide a plan that needs a sort
+    /// (a collation that differs from the index's would).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_pages_use_an_index_without_sorting() {
+        let Some(db) = crate::testing::pg_test_db().await else {
+            return;
+        };
+        let pg = PgStores::connect(db.url()).await.unwrap();
+        let mut conn = pg.pool().acquire().await.unwrap();
+        for setting in ["enable_seqscan", "enable_bitmapscan", "enable_sort"] {
+            sqlx::query(&format!("SET {setting} = off"))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        for (by_owner, after, index) in [
+            (true, false, "thread_state_owner_updated_idx"),
+            (true, true, "thread_state_owner_updated_idx"),
+            (false, false, "thread_state_updated_id_idx"),
+            (false, true, "thread_state_updated_id_idx"),
+        ] {
+            let sql = format!("EXPLAIN {}", thread_page_sql(by_owner, after));
+            let mut query = sqlx::query(&sql);
+            if by_owner {
+                query = query.bind("alice");
+            }
+            if after {
+                query = query.bind(Utc::now()).bind("alice:t");
+            }
+            let rows = query.bind(21_i64).fetch_all(&mut *conn).await.unwrap();
+            let plan: Vec<String> = rows
+                .iter()
+                .map(|r| r.try_get::<String, _>(0).unwrap())
+                .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains(index), "{by_owner}/{after}:\n{plan}");
+            assert!(!plan.contains("Sort"), "{by_owner}/{after}:\n{plan}");
+        }
+        drop(conn);
+        pg.close().await;
     }
 }

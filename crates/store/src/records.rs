@@ -423,7 +423,7 @@ pub struct CommitOutcome {
     pub message_count: u64,
 }
 
-/// One row of [`crate::ThreadStore::list_threads`].
+/// One row of [`crate::ThreadStore::list_threads_page`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadSummary {
     /// Thread id.
@@ -436,9 +436,87 @@ pub struct ThreadSummary {
     pub updated_at: DateTime<Utc>,
 }
 
+impl ThreadSummary {
+    /// The cursor that continues a listing after this row.
+    pub fn cursor(&self) -> ThreadCursor {
+        ThreadCursor {
+            updated_at: self.updated_at,
+            thread_id: self.thread_id.clone(),
+        }
+    }
+}
+
+/// The owner of a stored thread id: the text before its first `:`, or `""`
+/// when it has none. The server stores an owner's thread `ID` as
+/// `OWNER:ID` (owner names never contain `:`), so listing by owner returns
+/// exactly the threads that owner can open. Every backend applies this rule
+/// (SQLite and PostgreSQL as a generated, indexed `owner_id` column).
+pub fn thread_owner(thread_id: &str) -> &str {
+    thread_id.split_once(':').map_or("", |(owner, _)| owner)
+}
+
+/// Where a thread listing continues: the position of the last thread of the
+/// previous page in the listing order (most recently updated first, then by
+/// thread id in byte order). Keyset pagination: a page never skips or
+/// repeats a thread that was not updated in between; a thread updated
+/// between two pages moves to the front and is seen again on a new listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadCursor {
+    /// Last commit time of the last thread of the previous page.
+    pub updated_at: DateTime<Utc>,
+    /// Its (stored) thread id.
+    pub thread_id: String,
+}
+
+impl ThreadCursor {
+    /// Whether `row` comes after this cursor in the listing order.
+    pub fn precedes(&self, row: &ThreadSummary) -> bool {
+        row.updated_at < self.updated_at
+            || (row.updated_at == self.updated_at
+                && row.thread_id.as_bytes() > self.thread_id.as_bytes())
+    }
+}
+
+/// One page of [`crate::ThreadStore::list_threads_page`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ThreadPage {
+    /// The threads, most recently updated first.
+    pub threads: Vec<ThreadSummary>,
+    /// Where the next page starts; `None` when this page is the last.
+    pub next: Option<ThreadCursor>,
+}
+
+impl ThreadPage {
+    /// A page from up to `limit + 1` rows in listing order: the extra row
+    /// only tells that more follow.
+    pub(crate) fn from_rows(mut rows: Vec<ThreadSummary>, limit: usize) -> Self {
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = if more {
+            rows.last().map(ThreadSummary::cursor)
+        } else {
+            None
+        };
+        ThreadPage {
+            threads: rows,
+            next,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_owner_is_the_text_before_the_first_colon() {
+        assert_eq!(thread_owner("alice:t1"), "alice");
+        assert_eq!(thread_owner("alice:a:b"), "alice");
+        assert_eq!(thread_owner(":x"), "");
+        assert_eq!(thread_owner("plain"), "");
+        assert_eq!(thread_owner(""), "");
+        assert_eq!(thread_owner("é:ü"), "é");
+    }
 
     #[test]
     fn opaque_id_is_sha256_hex() {

@@ -12,6 +12,8 @@
 //! (`2026-01-01T12:00:00.000000Z`), so text order equals time order.
 
 use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -27,9 +29,9 @@ use crate::error::{StoreError, StoreResult};
 use crate::lock::ThreadLocks;
 use crate::records::{
     CommitOutcome, CrisisRecord, DailyCrisisCount, Embedding, FeedbackRecord, MemoryKind,
-    MemoryRecord, ResponsePath, SessionWrite, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, VoiceFinalization, VoiceFinalizationState, embedding_from_le_bytes,
-    embedding_to_le_bytes,
+    MemoryRecord, ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot,
+    ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization, VoiceFinalizationState,
+    embedding_from_le_bytes, embedding_to_le_bytes,
 };
 use crate::session::{ActiveSession, REASON_UNREADABLE_PAYLOAD, parse_timestamp};
 use crate::traits::{
@@ -115,11 +117,18 @@ pub(crate) fn conflict(err: sqlx::Error, what: &'static str) -> StoreError {
 impl SqliteStores {
     /// Opens (creating parent directories and the file if needed) and
     /// migrates the database at `path`.
+    ///
+    /// The database holds conversations, crisis messages included, so on
+    /// Unix it is private to the account whatever the umask: directories
+    /// this call creates are `0700`, and the database file and its `-wal`
+    /// and `-shm` files are `0600` (an existing file is tightened to
+    /// `0600`; an existing directory is left as it is).
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            tokio::fs::create_dir_all(parent).await?;
-        }
+        let owned = path.to_path_buf();
+        tokio::task::spawn_blocking(move || private::prepare(&owned))
+            .await
+            .map_err(std::io::Error::other)??;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -133,6 +142,12 @@ impl SqliteStores {
             .await?;
         let stores = SqliteStores { pool };
         stores.migrate().await?;
+        // SQLite creates `-wal` / `-shm` with the database file's mode;
+        // tighten them anyway in case they predate this build.
+        let owned = path.to_path_buf();
+        tokio::task::spawn_blocking(move || private::restrict_companions(&owned))
+            .await
+            .map_err(std::io::Error::other)??;
         Ok(stores)
     }
 
@@ -160,6 +175,113 @@ impl SqliteStores {
     /// Closes the pool (checkpointing the WAL).
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// Creates `dir` and its missing parents like `create_dir_all`, but every
+/// directory it creates is owner-only (`0700` on Unix, whatever the umask);
+/// existing directories are left as they are. For anything OpenCouch keeps
+/// in its data directory.
+pub fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    private::create_dirs(dir)
+}
+
+/// Owner-only permissions for the database directory and files.
+mod private {
+    use std::io;
+    use std::path::{Path, PathBuf};
+
+    /// Mode of directories created for the database.
+    #[cfg(unix)]
+    pub(super) const DIR_MODE: u32 = 0o700;
+    /// Mode of the database file and its `-wal` / `-shm` files.
+    #[cfg(unix)]
+    pub(super) const FILE_MODE: u32 = 0o600;
+
+    fn in_memory(path: &Path) -> bool {
+        path.as_os_str().is_empty() || path.as_os_str() == ":memory:"
+    }
+
+    /// Creates the missing parent directories (owner-only) and the database
+    /// file (owner-only) before SQLite opens it.
+    pub(super) fn prepare(path: &Path) -> io::Result<()> {
+        if in_memory(path) {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            create_dirs(parent)?;
+        }
+        create_file(path)
+    }
+
+    /// The `-wal` and `-shm` files of the database at `path`, when present,
+    /// get the file mode.
+    pub(super) fn restrict_companions(path: &Path) -> io::Result<()> {
+        if in_memory(path) {
+            return Ok(());
+        }
+        for suffix in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let companion = PathBuf::from(name);
+            if companion.exists() {
+                restrict(&companion)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    pub(super) fn create_dirs(dir: &Path) -> io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        // The directories this call creates, set explicitly afterwards: the
+        // builder's mode is subject to the umask.
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(dir)?;
+        for d in missing {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(DIR_MODE))?;
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn create_dirs(dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    #[cfg(unix)]
+    fn create_file(path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .open(path)?;
+        restrict(path)
+    }
+
+    #[cfg(not(unix))]
+    fn create_file(_path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    fn restrict(path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(FILE_MODE))
+    }
+
+    #[cfg(not(unix))]
+    fn restrict(_path: &Path) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -251,6 +373,23 @@ fn session_from_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ActiveSession>
         rotate_after_this_turn: row.try_get("rotate_after_this_turn")?,
         finalize_required_reason: reason,
     })
+}
+
+/// The thread listing query: parameters are the owner (when `by_owner`),
+/// the cursor's time twice and its thread id (when `after`), then the row
+/// limit. Served by `thread_state_owner_updated_idx` (one owner) or
+/// `thread_state_updated_id_idx` (every owner).
+fn thread_page_sql(by_owner: bool, after: bool) -> String {
+    format!(
+        "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state WHERE {}{} \
+         ORDER BY updated_at DESC, thread_id ASC LIMIT ?",
+        if by_owner { "owner_id = ?" } else { "1 = 1" },
+        if after {
+            " AND updated_at <= ? AND (updated_at < ? OR thread_id > ?)"
+        } else {
+            ""
+        },
+    )
 }
 
 #[async_trait]
@@ -377,16 +516,31 @@ impl ThreadStore for SqliteStores {
         Ok(out)
     }
 
-    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>> {
+    async fn list_threads_page(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        after: Option<&ThreadCursor>,
+    ) -> StoreResult<ThreadPage> {
         const T: &str = "thread_state";
-        let rows = sqlx::query(
-            "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state \
-             ORDER BY updated_at DESC, thread_id ASC LIMIT $1",
-        )
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
+        if limit == 0 {
+            return Err(StoreError::Invalid("limit must be at least 1"));
+        }
+        let sql = thread_page_sql(owner.is_some(), after.is_some());
+        let mut query = sqlx::query(&sql);
+        if let Some(owner) = owner {
+            query = query.bind(owner);
+        }
+        if let Some(c) = after {
+            let at = fmt_ts(c.updated_at);
+            query = query.bind(at.clone()).bind(at).bind(&c.thread_id);
+        }
+        let rows = query
+            .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        let rows = rows
+            .iter()
             .map(|r| {
                 let updated: String = r.try_get("updated_at")?;
                 Ok(ThreadSummary {
@@ -396,7 +550,8 @@ impl ThreadStore for SqliteStores {
                     updated_at: req_ts(&updated, T, "updated_at")?,
                 })
             })
-            .collect()
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(ThreadPage::from_rows(rows, limit))
     }
 
     async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
@@ -776,5 +931,96 @@ impl VoiceFinalizationStore for SqliteStores {
             })
         })
         .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Every shape of the thread listing is an index search with no sort
+    /// step, so one owner's page costs the same whatever others store.
+    #[tokio::test]
+    async fn thread_pages_use_an_index_without_sorting() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteStores::open(dir.path().join("plan.db"))
+            .await
+            .unwrap();
+        for (by_owner, after, index) in [
+            (true, false, "thread_state_owner_updated_idx"),
+            (true, true, "thread_state_owner_updated_idx"),
+            (false, false, "thread_state_updated_id_idx"),
+            (false, true, "thread_state_updated_id_idx"),
+        ] {
+            let sql = format!("EXPLAIN QUERY PLAN {}", thread_page_sql(by_owner, after));
+            let mut query = sqlx::query(&sql);
+            if by_owner {
+                query = query.bind("alice");
+            }
+            if after {
+                query = query
+                    .bind("2026-01-01T00:00:00.000000Z")
+                    .bind("2026-01-01T00:00:00.000000Z")
+                    .bind("alice:t");
+            }
+            let rows = query.bind(21_i64).fetch_all(db.pool()).await.unwrap();
+            let plan: Vec<String> = rows
+                .iter()
+                .map(|r| r.try_get::<String, _>("detail").unwrap())
+                .collect();
+            let plan = plan.join("; ");
+            assert!(plan.contains(index), "{by_owner}/{after}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{by_owner}/{after}: {plan}");
+        }
+        db.close().await;
+    }
+
+    /// The database is private to the account: directories created for it
+    /// are 0700, the file and its `-wal` / `-shm` 0600, whatever the umask.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn database_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let path = data.join("nested/opencouch.sqlite3");
+        let db = SqliteStores::open(&path).await.unwrap();
+        // A write, so the WAL and shared-memory files exist.
+        db.clone()
+            .into_stores()
+            .threads
+            .commit_turn(crate::records::TurnCommit {
+                state: opencouch_core::ThreadState::new("t", opencouch_core::Channel::Test),
+                append: Vec::new(),
+                session: SessionWrite::Keep,
+                at: Utc::now(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(mode(&data), 0o700, "data directory");
+        assert_eq!(mode(&data.join("nested")), 0o700, "nested directory");
+        assert_eq!(mode(&path), 0o600, "database file");
+        for suffix in ["-wal", "-shm"] {
+            let companion = PathBuf::from(format!("{}{suffix}", path.display()));
+            assert!(companion.exists(), "{suffix} exists while open");
+            assert_eq!(mode(&companion), 0o600, "{suffix}");
+        }
+        db.close().await;
+
+        // A database created by an earlier build (0644) is tightened, and
+        // the directory it lives in, not created here, is left alone.
+        let old_dir = dir.path().join("old");
+        std::fs::create_dir(&old_dir).unwrap();
+        std::fs::set_permissions(&old_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let old = old_dir.join("old.sqlite3");
+        let db = SqliteStores::open(&old).await.unwrap();
+        db.close().await;
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let db = SqliteStores::open(&old).await.unwrap();
+        assert_eq!(mode(&old), 0o600, "existing database file tightened");
+        assert_eq!(mode(&old_dir), 0o755, "existing directory untouched");
+        db.close().await;
     }
 }

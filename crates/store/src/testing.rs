@@ -38,6 +38,22 @@ impl PgTestDb {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Drops the database now (`WITH (FORCE)`, ending its connections), as
+    /// an operator who drops it under a running server would. Dropping the
+    /// value later is then a no-op.
+    pub async fn drop_database(&self) -> Result<(), String> {
+        let mut conn = PgConnection::connect_with(&self.admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name);
+        sqlx::query(&sql)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = conn.close().await;
+        Ok(())
+    }
 }
 
 /// Replaces the database part of a `postgres://` URL.

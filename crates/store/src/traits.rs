@@ -7,7 +7,8 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use crate::error::StoreResult;
 use crate::records::{
     ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
-    MemoryRecord, ThreadSnapshot, ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization,
+    MemoryRecord, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
+    TurnCommit, VoiceFinalization,
 };
 use crate::session::{ActiveSession, SessionStatus, session_status};
 
@@ -37,8 +38,27 @@ pub trait ThreadStore: Send + Sync {
         before: Option<u64>,
     ) -> StoreResult<Vec<TranscriptEntry>>;
 
-    /// Up to `limit` threads, most recently updated first.
-    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>>;
+    /// One page of threads, most recently updated first (ties by thread id
+    /// in byte order): up to `limit` threads of `owner` (see
+    /// [`crate::thread_owner`]; every owner's when `None`) that come after
+    /// `after`. One owner's listing is an index range scan (`owner_id,
+    /// updated_at, thread_id`) whatever other owners store. `limit` 0 is
+    /// `StoreError::Invalid`.
+    async fn list_threads_page(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        after: Option<&ThreadCursor>,
+    ) -> StoreResult<ThreadPage>;
+
+    /// Up to `limit` threads of every owner, most recently updated first
+    /// (the first page of [`Self::list_threads_page`]).
+    async fn list_threads(&self, limit: usize) -> StoreResult<Vec<ThreadSummary>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.list_threads_page(None, limit, None).await?.threads)
+    }
 
     /// Deletes the snapshot, transcript and active-session row of a thread.
     /// Returns whether a snapshot existed.

@@ -18,7 +18,8 @@ use opencouch_store::{
     ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
     ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
-    TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
+    ThreadCursor, TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState,
+    opaque_session_id,
 };
 use serde_json::json;
 
@@ -211,6 +212,141 @@ async fn thread_list_and_delete(s: &Stores) {
         .await
         .expect("c");
     assert_eq!(out.first_index, 0);
+}
+
+/// Collects every page of a listing, checking each page's size.
+async fn all_pages(s: &Stores, owner: Option<&str>, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after: Option<ThreadCursor> = None;
+    loop {
+        let page = s
+            .threads
+            .list_threads_page(owner, limit, after.as_ref())
+            .await
+            .expect("page");
+        assert!(page.threads.len() <= limit);
+        out.extend(page.threads.iter().map(|t| t.thread_id.clone()));
+        match page.next {
+            Some(next) => {
+                assert_eq!(page.threads.len(), limit, "a page with a next is full");
+                assert_eq!(Some(next.clone()), page.threads.last().map(|t| t.cursor()));
+                after = Some(next);
+            }
+            None => return out,
+        }
+    }
+}
+
+/// One owner's threads are listed from an index, a page at a time, however
+/// many newer threads other owners have (issue 14: a scan of the newest
+/// threads of all owners let one user hide another's list).
+async fn thread_pages_by_owner(s: &Stores) {
+    let commit = |id: &str, minutes: i64| {
+        turn(
+            &ThreadState::new(id, Channel::Web),
+            "x",
+            "y",
+            t0() + Duration::minutes(minutes),
+        )
+    };
+    // alice: five threads, two with the same time (ties go by thread id);
+    // one id holds a second ':' and still belongs to alice.
+    for (id, minutes) in [
+        ("alice:a", 1),
+        ("alice:b", 5),
+        ("alice:c:d", 3),
+        ("alice:e", 3),
+        ("alice:f", 2),
+    ] {
+        s.threads
+            .commit_turn(commit(id, minutes))
+            .await
+            .expect("commit");
+    }
+    // bob: many newer threads; "ali:x" and "alicex" share a prefix with
+    // alice's ids but not her owner; ids without ':' have owner "".
+    for i in 0..30 {
+        s.threads
+            .commit_turn(commit(&format!("bob:{i:02}"), 100 + i))
+            .await
+            .expect("commit");
+    }
+    for (id, minutes) in [("ali:x", 200), ("alicex", 201), ("plain", 202)] {
+        s.threads
+            .commit_turn(commit(id, minutes))
+            .await
+            .expect("commit");
+    }
+    let alice = vec!["alice:b", "alice:c:d", "alice:e", "alice:f", "alice:a"];
+    for limit in [1, 2, 3, 5, 100] {
+        assert_eq!(
+            all_pages(s, Some("alice"), limit).await,
+            alice,
+            "limit {limit}"
+        );
+    }
+    let first = s
+        .threads
+        .list_threads_page(Some("alice"), 2, None)
+        .await
+        .expect("page");
+    assert_eq!(first.threads[0].updated_at, t0() + Duration::minutes(5));
+    assert_eq!(
+        (first.threads[0].turn_count, first.threads[0].message_count),
+        (1, 2)
+    );
+    let last = s
+        .threads
+        .list_threads_page(Some("alice"), 5, None)
+        .await
+        .expect("page");
+    assert_eq!(last.threads.len(), 5);
+    assert!(last.next.is_none(), "exactly `limit` left: no next page");
+
+    assert_eq!(all_pages(s, Some("bob"), 7).await.len(), 30);
+    assert_eq!(all_pages(s, Some("ali"), 7).await, vec!["ali:x"]);
+    assert_eq!(all_pages(s, Some(""), 7).await, vec!["plain", "alicex"]);
+    assert!(all_pages(s, Some("nobody"), 7).await.is_empty());
+    let everyone = all_pages(s, None, 4).await;
+    assert_eq!(everyone.len(), 38);
+    assert_eq!(&everyone[..2], ["plain", "alicex"]);
+    assert_eq!(&everyone[33..], alice.as_slice());
+    assert_eq!(
+        s.threads.list_threads(3).await.expect("list").len(),
+        3,
+        "list_threads is the first page of every owner's threads"
+    );
+
+    // A cursor is a position, not a row: it works after its thread is
+    // deleted, and an updated thread moves to the front.
+    let page = s
+        .threads
+        .list_threads_page(Some("alice"), 2, None)
+        .await
+        .expect("page");
+    let next = page.next.expect("more");
+    assert!(s.threads.delete_thread("alice:c:d").await.expect("delete"));
+    let rest = s
+        .threads
+        .list_threads_page(Some("alice"), 10, Some(&next))
+        .await
+        .expect("page");
+    let ids: Vec<&str> = rest.threads.iter().map(|t| t.thread_id.as_str()).collect();
+    assert_eq!(ids, vec!["alice:e", "alice:f", "alice:a"]);
+    s.threads
+        .commit_turn(commit("alice:a", 300))
+        .await
+        .expect("commit");
+    assert_eq!(
+        all_pages(s, Some("alice"), 2).await,
+        vec!["alice:a", "alice:b", "alice:e", "alice:f"]
+    );
+
+    assert!(matches!(
+        s.threads.list_threads_page(Some("alice"), 0, None).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(s.threads.list_threads(0).await.expect("list").is_empty());
 }
 
 async fn commit_is_all_or_nothing(s: &Stores) {
@@ -929,6 +1065,7 @@ contract!(
     thread_commit_and_load,
     thread_history_pages,
     thread_list_and_delete,
+    thread_pages_by_owner,
     commit_is_all_or_nothing,
     sessions_lifecycle,
     memory_records,

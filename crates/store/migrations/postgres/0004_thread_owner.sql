@@ -1,0 +1,20 @@
+-- Listing one owner's threads. The server stores an owner's thread ID as
+-- `OWNER:ID` (owner names never contain ':'); the owner is the text before
+-- the first ':' ('' when there is none), as `opencouch_store::thread_owner`
+-- says. A generated column needs no change on the write path and covers
+-- existing rows; the index serves one owner's threads, most recently
+-- updated first, a page at a time (keyset on updated_at, thread_id), so
+-- what other owners store never hides or slows anyone's list. Thread ids
+-- are ordered in byte order (COLLATE "C"), like the other backends.
+
+ALTER TABLE thread_state ADD COLUMN owner_id TEXT GENERATED ALWAYS AS (
+    CASE WHEN strpos(thread_id, ':') > 0
+         THEN split_part(thread_id, ':', 1)
+         ELSE '' END
+) STORED;
+
+CREATE INDEX thread_state_owner_updated_idx
+    ON thread_state (owner_id, updated_at DESC, thread_id COLLATE "C");
+CREATE INDEX thread_state_updated_id_idx
+    ON thread_state (updated_at DESC, thread_id COLLATE "C");
+DROP INDEX thread_state_updated_idx;

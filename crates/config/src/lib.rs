@@ -99,6 +99,23 @@ pub struct Settings {
     pub rate_limit_per_minute: u32,
     /// Per-request timeout of the HTTP server in seconds.
     pub request_timeout_secs: u64,
+    /// Extra browser origins (`scheme://host[:port]`) allowed to call the
+    /// API besides the server's own; comma-separated in the environment.
+    #[serde(deserialize_with = "origin_list")]
+    pub allowed_origins: Vec<String>,
+    /// Seconds a client has to send a request's headers (slow clients are
+    /// disconnected; also closes idle keep-alive connections).
+    pub header_read_timeout_secs: u64,
+    /// Open connections the server accepts in total.
+    pub max_connections: usize,
+    /// Open connections per client address (0 = no per-address cap).
+    pub max_connections_per_ip: usize,
+    /// Requests without a valid token per minute per client address
+    /// (0 = unlimited); beyond it the address gets 429 before any token
+    /// lookup.
+    pub unauthenticated_rate_per_minute: u32,
+    /// Separate address serving `/metrics` (unset = metrics are off).
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for Settings {
@@ -125,6 +142,12 @@ impl Default for Settings {
             max_message_chars: 8000,
             rate_limit_per_minute: 60,
             request_timeout_secs: 60,
+            allowed_origins: Vec::new(),
+            header_read_timeout_secs: 10,
+            max_connections: 512,
+            max_connections_per_ip: 64,
+            unauthenticated_rate_per_minute: 30,
+            metrics_listen: None,
         }
     }
 }
@@ -198,8 +221,9 @@ impl Settings {
             .iter()
             .filter_map(|(k, v)| {
                 let key = k.strip_prefix("OPENCOUCH_")?;
-                // The config file pointer and the log filter are not settings.
-                if key == "CONFIG" || key == "LOG" || key.is_empty() {
+                // The config file pointer, the log filter and the switch of
+                // the missing-model hint are not settings.
+                if matches!(key, "CONFIG" | "LOG" | "NO_MODEL_HINT") || key.is_empty() {
                     return None;
                 }
                 Some((key.to_ascii_lowercase(), v.clone()))
@@ -254,12 +278,33 @@ impl Settings {
         if self.listen.parse::<SocketAddr>().is_err() {
             return bad("listen", "must be an address like 127.0.0.1:8080");
         }
+        if let Some(m) = &self.metrics_listen {
+            match m.parse::<SocketAddr>() {
+                Err(_) => return bad("metrics_listen", "must be an address like 127.0.0.1:9090"),
+                Ok(addr) if Some(addr) == self.listen.parse().ok() => {
+                    return bad("metrics_listen", "must differ from `listen`");
+                }
+                Ok(_) => {}
+            }
+        }
+        for origin in &self.allowed_origins {
+            if normalize_origin(origin).is_none() {
+                return bad(
+                    "allowed_origins",
+                    "each origin must look like https://host or http://host:port (no path, no wildcard)",
+                );
+            }
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be greater than 0");
+        }
         for (key, v) in [
             ("model_timeout_secs", self.model_timeout_secs),
             ("session_timeout_minutes", self.session_timeout_minutes),
             ("sweep_interval_seconds", self.sweep_interval_seconds),
             ("transcript_soft_limit", self.transcript_soft_limit),
             ("request_timeout_secs", self.request_timeout_secs),
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
         ] {
             if v == 0 {
                 return bad(key, "must be greater than 0");
@@ -392,8 +437,98 @@ impl Settings {
                 "request_timeout_secs",
                 self.request_timeout_secs.to_string(),
             ),
+            (
+                "allowed_origins",
+                if self.allowed_origins.is_empty() {
+                    "(only the server's own)".into()
+                } else {
+                    self.allowed_origins.join(", ")
+                },
+            ),
+            (
+                "header_read_timeout_secs",
+                self.header_read_timeout_secs.to_string(),
+            ),
+            ("max_connections", self.max_connections.to_string()),
+            (
+                "max_connections_per_ip",
+                self.max_connections_per_ip.to_string(),
+            ),
+            (
+                "unauthenticated_rate_per_minute",
+                self.unauthenticated_rate_per_minute.to_string(),
+            ),
+            (
+                "metrics_listen",
+                self.metrics_listen
+                    .clone()
+                    .unwrap_or_else(|| "(off)".into()),
+            ),
         ]
     }
+}
+
+/// An origin in its canonical form (`scheme://host[:port]`, lower case,
+/// default port dropped), or `None` when `origin` is not one: only `http`
+/// and `https`, a host, an optional port, nothing else (no path, query,
+/// user info or wildcard).
+pub fn normalize_origin(origin: &str) -> Option<String> {
+    let origin = origin.trim().to_ascii_lowercase();
+    let (scheme, rest) = origin.split_once("://")?;
+    let default_port = match scheme {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@', '*', ' ', '\\']) {
+        return None;
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        // An IPv6 literal without a port: the colon is inside the brackets.
+        Some((h, p)) if !p.contains(']') => (h, Some(p)),
+        _ => (rest, None),
+    };
+    if host.is_empty() || (host.starts_with('[') != host.ends_with(']')) {
+        return None;
+    }
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'))
+    {
+        return None;
+    }
+    match port {
+        None => Some(format!("{scheme}://{host}")),
+        Some(p) if p.parse::<u16>().is_ok_and(|n| n > 0) => {
+            if p == default_port {
+                Some(format!("{scheme}://{host}"))
+            } else {
+                Some(format!("{scheme}://{host}:{p}"))
+            }
+        }
+        Some(_) => None,
+    }
+}
+
+/// `allowed_origins` from a list (TOML) or one comma-separated string (the
+/// environment); empty entries are dropped.
+fn origin_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(String),
+        Many(Vec<String>),
+    }
+    let items = match Raw::deserialize(d)? {
+        Raw::One(s) => s.split(',').map(str::to_owned).collect(),
+        Raw::Many(v) => v,
+    };
+    Ok(items
+        .into_iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect())
 }
 
 /// Parses an environment value as a TOML scalar when it looks like a
@@ -521,6 +656,24 @@ mod tests {
                 "model_max_attempts",
             ),
             (&[("OPENCOUCH_NO_SUCH_THING", "1")], "no_such_thing"),
+            (
+                &[("OPENCOUCH_ALLOWED_ORIGINS", "https://ok.example,*")],
+                "allowed_origins",
+            ),
+            (
+                &[("OPENCOUCH_ALLOWED_ORIGINS", "https://x.example/path")],
+                "allowed_origins",
+            ),
+            (&[("OPENCOUCH_METRICS_LISTEN", "nowhere")], "metrics_listen"),
+            (
+                &[("OPENCOUCH_METRICS_LISTEN", "127.0.0.1:8080")],
+                "metrics_listen",
+            ),
+            (&[("OPENCOUCH_MAX_CONNECTIONS", "0")], "max_connections"),
+            (
+                &[("OPENCOUCH_HEADER_READ_TIMEOUT_SECS", "0")],
+                "header_read_timeout_secs",
+            ),
         ];
         for (vars, key) in cases {
             let err = load(vars).unwrap_err();
@@ -539,6 +692,51 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(forced.effective_mode(), RuntimeMode::Deterministic);
+    }
+
+    #[test]
+    fn allowed_origins_from_env_and_file() {
+        let s = load(&[(
+            "OPENCOUCH_ALLOWED_ORIGINS",
+            " http://127.0.0.1:3000 , https://couch.example ,",
+        )])
+        .unwrap();
+        assert_eq!(
+            s.allowed_origins,
+            ["http://127.0.0.1:3000", "https://couch.example"]
+        );
+        assert!(load(&[]).unwrap().allowed_origins.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "allowed_origins = [\"https://a.example\"]\n").unwrap();
+        let s = Settings::load_from(Some(&file), &Overrides::default(), &[])
+            .unwrap()
+            .settings;
+        assert_eq!(s.allowed_origins, ["https://a.example"]);
+        let s = load(&[("OPENCOUCH_METRICS_LISTEN", "127.0.0.1:9090")]).unwrap();
+        assert_eq!(s.metrics_listen.as_deref(), Some("127.0.0.1:9090"));
+    }
+
+    #[test]
+    fn origins_normalize() {
+        for (input, want) in [
+            ("https://Couch.Example", Some("https://couch.example")),
+            ("https://couch.example:443", Some("https://couch.example")),
+            ("http://couch.example:80/", Some("http://couch.example")),
+            ("http://127.0.0.1:8080", Some("http://127.0.0.1:8080")),
+            ("http://[::1]:8080", Some("http://[::1]:8080")),
+            ("http://[::1]", Some("http://[::1]")),
+            ("ftp://x.example", None),
+            ("https://", None),
+            ("https://*.example", None),
+            ("https://a.example/x", None),
+            ("https://u@a.example", None),
+            ("https://a.example:0", None),
+            ("https://a.example:99999", None),
+            ("null", None),
+        ] {
+            assert_eq!(normalize_origin(input).as_deref(), want, "{input}");
+        }
     }
 
     #[test]

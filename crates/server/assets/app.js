@@ -177,6 +177,11 @@
     else setText(box, output.response_text);
     box.dataset.route = output.route || "";
     box.dataset.level = output.crisis ? String(output.crisis.level) : "";
+    // A crisis reply arrives even when storage fails; say so calmly, once.
+    box.dataset.saved = output.saved === false ? "0" : "1";
+    if (output.saved === false && !box.querySelector(".unsaved")) {
+      box.append(el("p", { class: "unsaved", text: "This conversation couldn't be saved right now." }));
+    }
   }
 
   function handleEvent(ev, box, seen) {

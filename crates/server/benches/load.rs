@@ -65,6 +65,13 @@ async fn start_server(
         rate_limit_per_minute: 0,
         request_timeout: Duration::from_secs(60),
         default_memory_mode: MemoryMode::Persistent,
+        // Every benchmark connection comes from 127.0.0.1.
+        connections: opencouch_server::ConnLimits {
+            max_connections: 4096,
+            max_per_ip: 0,
+            ..Limits::default().connections
+        },
+        ..Limits::default()
     };
     let state = AppState::new(persistent, incognito, AuthMode::Tokens(users), limits);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

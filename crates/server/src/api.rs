@@ -5,16 +5,15 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
-use futures::{SinkExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use opencouch_core::{AgentInput, AgentOutput, Channel, MemoryMode, ModelTier, StreamEvent};
 use opencouch_memory::control::{
     ControlContext, ControlError, MemoryAction, PendingChange, TargetKind,
@@ -24,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::auth::{AuthMode, LOCAL_OWNER};
+use crate::auth::{AuthMode, LOCAL_OWNER, bearer_token};
 use crate::error::{ApiError, parse_json, parse_required};
 
 /// The OpenAPI document, maintained by hand and checked by a test.
@@ -50,13 +49,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/api/memory/{kind}/{n}"),
 ];
 
-/// The full application router.
+/// The full application router. `/metrics` is not on it: see
+/// [`metrics_router`].
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/metrics", get(metrics))
         .route("/api/chat", post(chat))
         .route("/api/chat/stream", post(chat_stream))
-        .route("/api/chat/ws", get(chat_ws))
+        .route("/api/chat/ws", get(crate::ws::chat_ws))
         .route("/api/threads", get(list_threads))
         .route("/api/threads/{id}/state", get(thread_state))
         .route("/api/threads/{id}/history", get(thread_history))
@@ -67,7 +66,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/memory/progress", get(memory_progress))
         .route("/api/memory/{kind}", get(memory_list))
         .route("/api/memory/{kind}/{n}", delete(memory_delete))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_owner));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_owner))
+        // Transcripts and memory: never cached (errors included).
+        .route_layer(middleware::map_response(crate::guard::no_store));
     let body_limit = state.limits().body_limit_bytes;
     Router::new()
         .route("/", get(crate::web::index))
@@ -83,21 +84,32 @@ pub fn router(state: AppState) -> Router {
         .route("/api/openapi.json", get(openapi))
         .merge(protected)
         .fallback(not_found_route)
-        .layer(middleware::map_response(nosniff))
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::check_request,
+        ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             panic_response,
         ))
+        // Outermost, so every answer (timeouts, panics, routing errors)
+        // is JSON with `nosniff`.
+        .layer(middleware::map_response(crate::guard::json_errors))
+        .layer(middleware::map_response(crate::guard::nosniff))
         .with_state(state)
 }
 
-/// Every response: the browser must not guess content types.
-async fn nosniff(mut resp: Response) -> Response {
-    resp.headers_mut()
-        .entry(header::X_CONTENT_TYPE_OPTIONS)
-        .or_insert(axum::http::HeaderValue::from_static("nosniff"));
-    resp
+/// The router of the separate metrics address (`metrics_listen`): only
+/// `GET /metrics`, no token. Metrics are server-wide (crisis turns of every
+/// user), so they are never served on the API address.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(not_found_route)
+        .layer(middleware::map_response(crate::guard::json_errors))
+        .layer(middleware::map_response(crate::guard::nosniff))
+        .with_state(state)
 }
 
 fn panic_response(_err: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -135,26 +147,99 @@ impl<S: Send + Sync> FromRequestParts<S> for Owner {
     }
 }
 
+/// A chat request whose bearer token could not be checked because the user
+/// store failed. It may only reach the crisis gate: a crisis reply never
+/// depends on storage, so a level ≥ 2 message still gets the deterministic
+/// crisis reply (`saved: false`); anything else gets 503 as before. It
+/// reads and writes nothing and sees no one's data.
+#[derive(Debug, Clone, Copy)]
+pub struct Unverified;
+
+/// Who sends a chat request: a verified owner, or (only while the user
+/// store is down) an [`Unverified`] caller.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// A verified owner (or the local owner).
+    Owner(Owner),
+    /// A caller whose token could not be checked (user store down).
+    Unverified,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(owner) = parts.extensions.get::<Owner>() {
+            return Ok(Caller::Owner(owner.clone()));
+        }
+        if parts.extensions.get::<Unverified>().is_some() {
+            return Ok(Caller::Unverified);
+        }
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// The routes an [`Unverified`] caller may reach.
+fn is_chat_route(path: &str) -> bool {
+    matches!(path, "/api/chat" | "/api/chat/stream" | "/api/chat/ws")
+}
+
+/// The store error handed to the runtime for an [`Unverified`] caller (the
+/// real one is logged where it happened).
+fn user_store_down() -> opencouch_store::StoreError {
+    opencouch_store::StoreError::Io(std::io::Error::other("the user store is unavailable"))
+}
+
+/// 429 with `Retry-After` (whole seconds, at least 1).
+fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
+    state.metrics().rejected("rate_limited");
+    let mut resp = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        "too many requests; try again shortly",
+    )
+    .into_response();
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    resp
+}
+
 async fn require_owner(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let now = Instant::now();
     let owner = match state.auth() {
         AuthMode::Local => LOCAL_OWNER.to_owned(),
         AuthMode::Tokens(users) => {
-            let token = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|t| !t.is_empty());
-            let verified = match token {
-                Some(t) => users.verify(t).await,
+            // Requests without a valid token are limited per client address
+            // before any token lookup.
+            let client = crate::conn::client_ip(&req)
+                .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+            if let Err(wait) = state.unauthenticated().check(&client, now) {
+                return rate_limited(&state, wait);
+            }
+            let token = bearer_token(req.headers()).map(str::to_owned);
+            let verified = match token.as_deref() {
+                Some(t) => state.tokens().verify(users, t, now).await,
                 None => Ok(None),
             };
             match verified {
                 Ok(Some(owner)) => owner,
                 Ok(None) => {
+                    let _ = state.unauthenticated().take(&client, now);
                     state.metrics().rejected("unauthorized");
                     return ApiError::unauthorized().into_response();
+                }
+                Err(e) if token.is_some() && is_chat_route(req.uri().path()) => {
+                    tracing::error!(error = %e, "user store unavailable; chat runs gate-only");
+                    let key = format!(
+                        "unverified:{}",
+                        crate::auth::hash_token(token.as_deref().unwrap_or(""))
+                    );
+                    if let Err(wait) = state.rate().take(&key, now) {
+                        return rate_limited(&state, wait);
+                    }
+                    req.extensions_mut().insert(Unverified);
+                    return next.run(req).await;
                 }
                 Err(e) => {
                     state.metrics().rejected("storage_unavailable");
@@ -163,40 +248,41 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
             }
         }
     };
-    if !state.rate().allow(&owner, Instant::now()) {
-        state.metrics().rejected("rate_limited");
-        return ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many requests; try again shortly",
-        )
-        .into_response();
+    if let Err(wait) = state.rate().take(&owner, now) {
+        return rate_limited(&state, wait);
     }
     req.extensions_mut().insert(Owner(owner));
     next.run(req).await
 }
 
-/// A raw request body (size-limited); parsed by the handler.
+/// A raw JSON request body (size-limited, sent as `application/json`);
+/// parsed by the handler.
 pub struct Body(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(req, state)
-            .await
-            .map(Body)
-            .map_err(|rej| {
-                if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "body_too_large",
-                        "the request body is too large",
-                    )
-                } else {
-                    ApiError::bad_request("bad_body", "the request body could not be read")
-                }
-            })
+        let declared = req.headers().contains_key(header::CONTENT_TYPE);
+        if declared {
+            crate::guard::require_json(req.headers(), false)?;
+        }
+        let headers = req.headers().clone();
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "the request body is too large",
+                )
+            } else {
+                ApiError::bad_request("bad_body", "the request body could not be read")
+            }
+        })?;
+        if !declared {
+            crate::guard::require_json(&headers, bytes.is_empty())?;
+        }
+        Ok(Body(bytes))
     }
 }
 
@@ -294,6 +380,25 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// Validates a chat request of any caller. An unverified caller's input
+    /// has no user id and a thread id that is never stored.
+    pub(crate) fn caller_input(
+        &self,
+        caller: &Caller,
+        req: ChatRequest,
+    ) -> Result<(AgentInput, String), ApiError> {
+        match caller {
+            Caller::Owner(owner) => self.chat_input(owner, req),
+            Caller::Unverified => {
+                let (mut input, client) = self.chat_input(&Owner("unverified".into()), req)?;
+                input.user_id = None;
+                Ok((input, client))
+            }
+        }
+    }
+}
+
 fn reject(state: &AppState, e: ApiError) -> ApiError {
     state.metrics().rejected(e.code);
     e
@@ -334,12 +439,13 @@ async fn openapi() -> Response {
 
 async fn health(State(state): State<AppState>) -> Response {
     let rt = state.runtime(MemoryMode::Persistent);
-    let store_ok = rt.stores().threads.list_threads(1).await.is_ok();
+    let store_ok = state.store_ok().await;
     let body = json!({
         "status": if store_ok { "ok" } else { "degraded" },
         "store": {"backend": rt.storage_label(), "ok": store_ok},
         "model": {"mode": rt.mode().as_str()},
         "auth": if matches!(state.auth(), AuthMode::Local) { "local" } else { "token" },
+        "crisis_gate": {"semantic_signal": rt.semantic_on()},
     });
     let status = if store_ok {
         StatusCode::OK
@@ -349,7 +455,7 @@ async fn health(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(state): State<AppState>, _owner: Owner) -> Response {
+async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics().render(),
@@ -359,12 +465,12 @@ async fn metrics(State(state): State<AppState>, _owner: Owner) -> Response {
 
 async fn chat(
     State(state): State<AppState>,
-    owner: Owner,
+    caller: Caller,
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
     let (input, client_thread) = state
-        .chat_input(&owner, req)
+        .caller_input(&caller, req)
         .map_err(|e| reject(&state, e))?;
     let rt = state.runtime(input.memory_mode).clone();
     let guard = state.turn_guard();
@@ -373,7 +479,10 @@ async fn chat(
     // leaves a turn half-written.
     let handle = tokio::spawn(async move {
         let _guard = guard;
-        rt.run_turn(input).await
+        match caller {
+            Caller::Owner(_) => rt.run_turn(input).await,
+            Caller::Unverified => rt.run_turn_without_storage(input, user_store_down()).await,
+        }
     });
     match handle.await {
         Ok(Ok(output)) => {
@@ -393,8 +502,9 @@ async fn chat(
 
 /// Runs a streamed turn in its own task (drained even if the client goes
 /// away) and yields client-facing events; `done` or `error` is always last.
-fn turn_events(
+pub(crate) fn turn_events(
     state: &AppState,
+    caller: &Caller,
     input: AgentInput,
     client_thread: String,
 ) -> impl Stream<Item = Value> + Send + use<> {
@@ -402,10 +512,17 @@ fn turn_events(
     let rt = state.runtime(input.memory_mode).clone();
     let guard = state.turn_guard();
     let state = state.clone();
+    let verified = matches!(caller, Caller::Owner(_));
     tokio::spawn(async move {
         let _guard = guard;
         let started = Instant::now();
-        let mut events = std::pin::pin!(rt.run_turn_stream(input));
+        let events = if verified {
+            rt.run_turn_stream(input).boxed()
+        } else {
+            rt.run_turn_stream_without_storage(input, user_store_down())
+                .boxed()
+        };
+        let mut events = events;
         let mut terminal = false;
         while let Some(ev) = events.next().await {
             let ev = match ev {
@@ -447,14 +564,14 @@ fn stream_error_message(code: &str, message: String) -> String {
 
 async fn chat_stream(
     State(state): State<AppState>,
-    owner: Owner,
+    caller: Caller,
     Body(body): Body,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
     let (input, client_thread) = state
-        .chat_input(&owner, req)
+        .caller_input(&caller, req)
         .map_err(|e| reject(&state, e))?;
-    let events = turn_events(&state, input, client_thread).map(|v| {
+    let events = turn_events(&state, &caller, input, client_thread).map(|v| {
         let name = v
             .get("type")
             .and_then(Value::as_str)
@@ -465,93 +582,132 @@ async fn chat_stream(
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
-async fn chat_ws(State(state): State<AppState>, owner: Owner, ws: WebSocketUpgrade) -> Response {
-    let limit = state.limits().body_limit_bytes;
-    ws.max_message_size(limit)
-        .on_upgrade(move |socket| ws_session(state, owner, socket))
-}
-
-async fn ws_send(socket: &mut WebSocket, v: &Value) -> bool {
-    socket
-        .send(WsMessage::Text(v.to_string().into()))
-        .await
-        .is_ok()
-}
-
-async fn ws_session(state: AppState, owner: Owner, mut socket: WebSocket) {
-    let first = tokio::time::timeout(state.limits().request_timeout, socket.recv()).await;
-    let text = match first {
-        Ok(Some(Ok(WsMessage::Text(t)))) => t,
-        Ok(Some(Ok(_))) => {
-            let e = ApiError::bad_request(
-                "bad_message",
-                "send one JSON chat request as a text message",
-            );
-            let _ = ws_send(&mut socket, &ws_error(&e)).await;
-            let _ = socket.close().await;
-            return;
-        }
-        _ => return,
-    };
-    let parsed = parse_required::<ChatRequest>(text.as_bytes())
-        .and_then(|req| state.chat_input(&owner, req));
-    let (input, client_thread) = match parsed {
-        Ok(v) => v,
-        Err(e) => {
-            state.metrics().rejected(e.code);
-            let _ = ws_send(&mut socket, &ws_error(&e)).await;
-            let _ = socket.close().await;
-            return;
-        }
-    };
-    let mut events = std::pin::pin!(turn_events(&state, input, client_thread));
-    while let Some(v) = events.next().await {
-        if !ws_send(&mut socket, &v).await {
-            return;
-        }
-    }
-    let _ = socket.close().await;
-}
-
-fn ws_error(e: &ApiError) -> Value {
-    json!({"type": "error", "code": e.code, "message": e.message})
-}
-
 /// `GET /api/threads` query.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Maximum rows (default 20, at most 100 for threads, 500 for history).
+    /// Maximum rows (default 20, at most 100).
     pub limit: Option<usize>,
+    /// Where to continue: the `cursor` of the previous page's
+    /// `Link: <…>; rel="next"` header (opaque).
+    pub cursor: Option<String>,
 }
 
-/// How many storage rows the thread list scans to find an owner's threads.
+/// `GET /api/threads/{id}/history` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Maximum rows (default 50, at most 500).
+    pub limit: Option<usize>,
+    /// Only messages whose index is below this: the first index of the
+    /// page already read (its `Link: <…>; rel="next"` header says so).
+    pub before: Option<u64>,
+}
+
+/// How many storage rows the progress view scans to find an owner's
+/// threads (the thread list pages by owner instead).
 const THREAD_SCAN: usize = 10_000;
 /// How many of an owner's most recent threads the progress view reads.
 const PROGRESS_THREADS: usize = 100;
 
+/// The client's thread cursor: hex of `TIME ID` (the last thread's update
+/// time in RFC 3339 with nanoseconds and its client-facing id). Opaque to
+/// clients; the owner is never in it (it comes from the token).
+fn encode_thread_cursor(cursor: &opencouch_store::ThreadCursor, prefix: &str) -> Option<String> {
+    let id = cursor.thread_id.strip_prefix(prefix)?;
+    let at = cursor
+        .updated_at
+        .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    Some(hex::encode(format!("{at} {id}")))
+}
+
+fn decode_thread_cursor(
+    raw: &str,
+    owner: &Owner,
+) -> Result<opencouch_store::ThreadCursor, ApiError> {
+    let invalid = || {
+        ApiError::bad_request(
+            "invalid_cursor",
+            "cursor must be the one given in a Link header of /api/threads",
+        )
+    };
+    let text = hex::decode(raw)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .ok_or_else(invalid)?;
+    let (at, id) = text.split_once(' ').ok_or_else(invalid)?;
+    let updated_at = chrono::DateTime::parse_from_rfc3339(at)
+        .map_err(|_| invalid())?
+        .with_timezone(&chrono::Utc);
+    if !valid_thread_id(id) {
+        return Err(invalid());
+    }
+    Ok(opencouch_store::ThreadCursor {
+        updated_at,
+        thread_id: storage_thread_id(&owner.0, id),
+    })
+}
+
+/// A path segment with everything but unreserved characters
+/// percent-encoded (RFC 3986).
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A JSON array response, with `Link: <next>; rel="next"` when another
+/// page follows.
+fn page_response(items: Vec<Value>, next: Option<String>) -> Result<Response, ApiError> {
+    let mut resp = Json(Value::Array(items)).into_response();
+    if let Some(next) = next {
+        let link = axum::http::HeaderValue::from_str(&format!("<{next}>; rel=\"next\""))
+            .map_err(|_| ApiError::internal())?;
+        resp.headers_mut().insert(header::LINK, link);
+    }
+    Ok(resp)
+}
+
+/// One page of the caller's threads, most recently updated first, read by
+/// owner from an index (nothing other owners store can hide or push out a
+/// thread); `Link: rel="next"` names the next page.
 async fn list_threads(
     State(state): State<AppState>,
     owner: Owner,
     Params(q): Params<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(20).clamp(1, 100);
+    let after = q
+        .cursor
+        .as_deref()
+        .map(|c| decode_thread_cursor(c, &owner))
+        .transpose()?;
     let prefix = storage_thread_id(&owner.0, "");
-    let rows = state
+    let page = state
         .runtime(MemoryMode::Persistent)
         .stores()
         .threads
-        .list_threads(THREAD_SCAN)
+        .list_threads_page(Some(&owner.0), limit, after.as_ref())
         .await?;
-    let list: Vec<Value> = rows
+    let list: Vec<Value> = page
+        .threads
         .into_iter()
         .filter_map(|t| {
             let id = t.thread_id.strip_prefix(&prefix)?.to_owned();
             Some(json!({"thread_id": id, "turn_count": t.turn_count, "message_count": t.message_count, "updated_at": t.updated_at}))
         })
-        .take(limit)
         .collect();
-    Ok(Json(Value::Array(list)))
+    let next = page
+        .next
+        .and_then(|c| encode_thread_cursor(&c, &prefix))
+        .map(|c| format!("/api/threads?limit={limit}&cursor={c}"));
+    page_response(list, next)
 }
 
 async fn load_owned(
@@ -587,16 +743,27 @@ async fn thread_history(
     State(state): State<AppState>,
     owner: Owner,
     Path(id): Path<String>,
-    Params(q): Params<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+    Params(q): Params<HistoryQuery>,
+) -> Result<Response, ApiError> {
     let (thread, _) = load_owned(&state, &owner, &id).await?;
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let rows = state
         .runtime(MemoryMode::Persistent)
         .stores()
         .threads
-        .history(&thread, limit, None)
+        .history(&thread, limit, q.before)
         .await?;
+    // Older messages remain when this page does not start at index 0.
+    let next = rows
+        .first()
+        .map(|e| e.index)
+        .filter(|first| *first > 0)
+        .map(|first| {
+            format!(
+                "/api/threads/{}/history?limit={limit}&before={first}",
+                path_segment(&id)
+            )
+        });
     let list: Vec<Value> = rows
         .into_iter()
         .map(|e| {
@@ -609,7 +776,7 @@ async fn thread_history(
             })
         })
         .collect();
-    Ok(Json(Value::Array(list)))
+    page_response(list, next)
 }
 
 async fn session_status(

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use opencouch_store::{ApiUser, StoreError, UserStore};
@@ -265,7 +265,25 @@ pub async fn auth_mode_for(addr: SocketAddr, users: UserDirectory) -> Result<Aut
     }
 }
 
-/// A token bucket per owner: `per_minute` requests, refilled continuously.
+/// The bearer token of a request: `Authorization: Bearer TOKEN`, the
+/// scheme matched case-insensitively (RFC 9110). `None` when absent, empty
+/// or another scheme.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Buckets above this many are pruned of full (idle) ones.
+const PRUNE_BUCKETS_ABOVE: usize = 10_000;
+
+/// A token bucket per key (owner or client address): `per_minute` requests,
+/// refilled continuously.
 #[derive(Debug)]
 pub struct RateLimiter {
     per_minute: u32,
@@ -281,32 +299,132 @@ impl RateLimiter {
         }
     }
 
-    /// Takes one token for `owner`; false when the bucket is empty.
-    pub fn allow(&self, owner: &str, now: Instant) -> bool {
+    /// Takes one token for `key`; false when the bucket is empty.
+    pub fn allow(&self, key: &str, now: Instant) -> bool {
+        self.take(key, now).is_ok()
+    }
+
+    /// Takes one token for `key`, or says how long until one is available.
+    ///
+    /// # Errors
+    /// The wait when the bucket is empty.
+    pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        self.with_bucket(key, now, true)
+    }
+
+    /// Whether `key` has a token left, without taking it.
+    ///
+    /// # Errors
+    /// The wait when the bucket is empty.
+    pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        self.with_bucket(key, now, false)
+    }
+
+    fn with_bucket(&self, key: &str, now: Instant, take: bool) -> Result<(), Duration> {
         if self.per_minute == 0 {
-            return true;
+            return Ok(());
         }
-        let Ok(mut buckets) = self.buckets.lock() else {
-            return false;
-        };
         let cap = f64::from(self.per_minute);
-        let (tokens, last) = buckets.entry(owner.to_owned()).or_insert((cap, now));
+        let per_sec = cap / 60.0;
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if buckets.len() > PRUNE_BUCKETS_ABOVE && !buckets.contains_key(key) {
+            // A bucket that has refilled is the same as no bucket.
+            buckets.retain(|_, (tokens, last)| {
+                *tokens + now.saturating_duration_since(*last).as_secs_f64() * per_sec < cap
+            });
+        }
+        let (tokens, last) = buckets.entry(key.to_owned()).or_insert((cap, now));
         let elapsed = now.saturating_duration_since(*last).as_secs_f64();
-        *tokens = (*tokens + elapsed * cap / 60.0).min(cap);
+        *tokens = (*tokens + elapsed * per_sec).min(cap);
         *last = now;
         if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
+            if take {
+                *tokens -= 1.0;
+            }
+            Ok(())
         } else {
-            false
+            Err(Duration::from_secs_f64((1.0 - *tokens) / per_sec))
         }
+    }
+}
+
+/// How long a token that failed verification is remembered.
+pub const FAILED_TOKEN_TTL: Duration = Duration::from_secs(10);
+/// How many failed tokens are remembered at most.
+const FAILED_TOKENS_MAX: usize = 4096;
+
+/// Remembers tokens that failed verification for [`FAILED_TOKEN_TTL`], so a
+/// client repeating a bad or revoked token does not cost a database lookup
+/// per request.
+///
+/// Only failures are cached: a valid token is checked against the store on
+/// every request, so `opencouch users revoke` takes effect on the very next
+/// request of every instance sharing the database. A cached failure cannot
+/// hide a valid token: new tokens are random (a server never saw them
+/// before), and a revoked token never becomes valid again (re-adding a name
+/// issues a new token).
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    failed: Mutex<HashMap<String, Instant>>,
+}
+
+impl TokenCache {
+    /// The owner for `token` (`None` when unknown or revoked): from the
+    /// store, unless the token failed within the last [`FAILED_TOKEN_TTL`].
+    ///
+    /// # Errors
+    /// Store failures (never cached).
+    pub async fn verify(
+        &self,
+        users: &UserDirectory,
+        token: &str,
+        now: Instant,
+    ) -> Result<Option<String>, StoreError> {
+        let hash = hash_token(token);
+        if self.failed_recently(&hash, now) {
+            return Ok(None);
+        }
+        let owner = users
+            .store
+            .active_user_by_token(&hash)
+            .await?
+            .map(|u| u.name);
+        if owner.is_none() {
+            self.remember_failure(hash, now);
+        }
+        Ok(owner)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn failed_recently(&self, hash: &str, now: Instant) -> bool {
+        self.lock()
+            .get(hash)
+            .is_some_and(|at| now.saturating_duration_since(*at) < FAILED_TOKEN_TTL)
+    }
+
+    fn remember_failure(&self, hash: String, now: Instant) {
+        let mut failed = self.lock();
+        if failed.len() >= FAILED_TOKENS_MAX {
+            failed.retain(|_, at| now.saturating_duration_since(*at) < FAILED_TOKEN_TTL);
+            if failed.len() >= FAILED_TOKENS_MAX {
+                failed.clear();
+            }
+        }
+        failed.insert(hash, now);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn directory() -> UserDirectory {
         UserDirectory::new(opencouch_store::Stores::in_memory().users)
@@ -443,5 +561,75 @@ mod tests {
         assert!(rl.allow("b", t0), "buckets are per owner");
         assert!(rl.allow("a", t0 + Duration::from_secs(30)));
         assert!(RateLimiter::new(0).allow("a", t0), "0 disables limiting");
+    }
+
+    #[test]
+    fn an_empty_bucket_says_when_to_retry_and_check_takes_nothing() {
+        let rl = RateLimiter::new(60);
+        let t0 = Instant::now();
+        for _ in 0..60 {
+            assert!(rl.check("a", t0).is_ok());
+            rl.take("a", t0).unwrap();
+        }
+        let wait = rl.take("a", t0).unwrap_err();
+        assert!(
+            wait > Duration::from_millis(900) && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        assert_eq!(rl.check("a", t0), Err(wait));
+        assert!(rl.take("a", t0 + Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn idle_buckets_are_pruned() {
+        let rl = RateLimiter::new(60);
+        let t0 = Instant::now();
+        for i in 0..=PRUNE_BUCKETS_ABOVE {
+            rl.take(&format!("k{i}"), t0).unwrap();
+        }
+        rl.take("fresh", t0 + Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            rl.buckets.lock().unwrap().len(),
+            1,
+            "refilled buckets dropped"
+        );
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        use axum::http::{HeaderMap, HeaderValue, header::AUTHORIZATION};
+        for (value, want) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("BEARER  abc ", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer ", None),
+            ("Bearer", None),
+            ("Bearerabc", None),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, HeaderValue::from_static(value));
+            assert_eq!(bearer_token(&h), want, "{value:?}");
+        }
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn failed_tokens_are_cached_and_valid_ones_never() {
+        let stores = opencouch_store::Stores::in_memory();
+        let users = UserDirectory::new(stores.users.clone());
+        let token = users.add("alice", Utc::now()).await.unwrap();
+        let cache = TokenCache::default();
+        let t0 = Instant::now();
+        assert_eq!(
+            cache.verify(&users, &token, t0).await.unwrap().as_deref(),
+            Some("alice")
+        );
+        assert_eq!(cache.verify(&users, "bad", t0).await.unwrap(), None);
+        assert!(cache.failed_recently(&hash_token("bad"), t0));
+        assert!(!cache.failed_recently(&hash_token("bad"), t0 + FAILED_TOKEN_TTL));
+        // Revocation: the very next check fails (successes are not cached).
+        users.revoke("alice", Utc::now()).await.unwrap();
+        assert_eq!(cache.verify(&users, &token, t0).await.unwrap(), None);
     }
 }

@@ -8,28 +8,33 @@
 
 pub mod api;
 pub mod auth;
+pub mod conn;
 pub mod error;
+pub mod guard;
+pub mod incognito;
 pub mod metrics;
 pub mod progress;
 pub mod web;
+mod ws;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use opencouch_config::Settings;
 use opencouch_core::MemoryMode;
 use opencouch_runtime::Runtime;
 
-pub use api::router;
+pub use api::{metrics_router, router};
 pub use auth::{
     AuthMode, BindError, LOCAL_OWNER, LegacyImport, RateLimiter, UserDirectory, UserError,
     auth_mode_for,
 };
+pub use conn::{ConnLimits, ConnTracker};
 pub use error::ApiError;
 
-/// Request limits, from the settings.
+/// Request and connection limits, from the settings.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Maximum request body size (413 beyond).
@@ -42,6 +47,14 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Memory mode of a chat request that names none.
     pub default_memory_mode: MemoryMode,
+    /// Requests without a valid token per minute per client address (429
+    /// beyond, before any token lookup; 0 = unlimited).
+    pub unauthenticated_rate_per_minute: u32,
+    /// Browser origins allowed besides the server's own, normalized
+    /// (`scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
+    /// Header-read timeout and connection caps.
+    pub connections: ConnLimits,
 }
 
 impl Limits {
@@ -53,7 +66,24 @@ impl Limits {
             rate_limit_per_minute: s.rate_limit_per_minute,
             request_timeout: Duration::from_secs(s.request_timeout_secs.max(1)),
             default_memory_mode: s.memory_mode,
+            unauthenticated_rate_per_minute: s.unauthenticated_rate_per_minute,
+            allowed_origins: s
+                .allowed_origins
+                .iter()
+                .filter_map(|o| opencouch_config::normalize_origin(o))
+                .collect(),
+            connections: ConnLimits {
+                header_read_timeout: Duration::from_secs(s.header_read_timeout_secs.max(1)),
+                max_connections: s.max_connections.max(1),
+                max_per_ip: s.max_connections_per_ip,
+            },
         }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::from_settings(&Settings::default())
     }
 }
 
@@ -69,14 +99,22 @@ struct Inner {
     auth: AuthMode,
     limits: Limits,
     rate: RateLimiter,
+    unauthenticated: RateLimiter,
+    tokens: auth::TokenCache,
+    health: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    listen: OnceLock<SocketAddr>,
     metrics: metrics::Metrics,
     in_flight: AtomicUsize,
 }
+
+/// How long `/api/health` reuses its store check.
+const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
 impl AppState {
     /// State over two runtimes (persistent and incognito).
     pub fn new(persistent: Runtime, incognito: Runtime, auth: AuthMode, limits: Limits) -> Self {
         let rate = RateLimiter::new(limits.rate_limit_per_minute);
+        let unauthenticated = RateLimiter::new(limits.unauthenticated_rate_per_minute);
         AppState {
             inner: Arc::new(Inner {
                 persistent,
@@ -84,6 +122,10 @@ impl AppState {
                 auth,
                 limits,
                 rate,
+                unauthenticated,
+                tokens: auth::TokenCache::default(),
+                health: tokio::sync::Mutex::new(None),
+                listen: OnceLock::new(),
                 metrics: metrics::Metrics::default(),
                 in_flight: AtomicUsize::new(0),
             }),
@@ -113,8 +155,49 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// Records the address the server listens on (done by [`serve_on`]).
+    /// In local mode only `Host` values naming it (loopback names with its
+    /// port) are accepted; before it is known any port is.
+    pub fn set_listen_addr(&self, addr: SocketAddr) {
+        let _ = self.inner.listen.set(addr);
+    }
+
+    /// The address the server listens on, once known.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.inner.listen.get().copied()
+    }
+
     pub(crate) fn rate(&self) -> &RateLimiter {
         &self.inner.rate
+    }
+
+    pub(crate) fn unauthenticated(&self) -> &RateLimiter {
+        &self.inner.unauthenticated
+    }
+
+    pub(crate) fn tokens(&self) -> &auth::TokenCache {
+        &self.inner.tokens
+    }
+
+    /// Whether the persistent store answers; checked at most once per
+    /// [`HEALTH_CACHE`] however many health requests arrive (concurrent
+    /// requests wait for the one check in progress).
+    pub(crate) async fn store_ok(&self) -> bool {
+        let mut cached = self.inner.health.lock().await;
+        if let Some((at, ok)) = *cached
+            && at.elapsed() < HEALTH_CACHE
+        {
+            return ok;
+        }
+        let ok = self
+            .runtime(MemoryMode::Persistent)
+            .stores()
+            .threads
+            .list_threads(1)
+            .await
+            .is_ok();
+        *cached = Some((Instant::now(), ok));
+        ok
     }
 
     /// Turns still running (graceful shutdown waits for them).
@@ -150,10 +233,20 @@ pub enum ServeError {
     #[error(transparent)]
     Bind(#[from] BindError),
     /// Building a runtime failed.
-    #[error("runtime: {0}")]
+    #[error(transparent)]
     Runtime(#[from] opencouch_runtime::RuntimeError),
+    /// The address could not be bound (in use, not permitted, …). The OS
+    /// reason is part of the message, not a separate cause, so it is
+    /// printed once.
+    #[error("could not listen on {addr}: {reason}")]
+    CannotListen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        reason: std::io::Error,
+    },
     /// Socket failure.
-    #[error("server I/O: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -167,14 +260,48 @@ pub fn parse_listen(listen: &str) -> Result<SocketAddr, ServeError> {
         .map_err(|_| ServeError::Listen(listen.to_owned()))
 }
 
-/// Runs the server until Ctrl-C / SIGTERM, then stops accepting, lets
-/// open requests finish and waits (up to the request timeout) for turns
-/// still running in the background.
+/// Where a started server listens (handed to the `on_listening` callback of
+/// [`serve_with`] once every socket is bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The API and the page.
+    pub addr: SocketAddr,
+    /// `/metrics`, when `metrics_listen` is set.
+    pub metrics: Option<SocketAddr>,
+    /// Single-user local mode (no tokens).
+    pub local_mode: bool,
+}
+
+/// How many idle incognito threads are kept at most (the least recently
+/// used go first).
+pub const INCOGNITO_MAX_THREADS: usize = 10_000;
+
+/// Runs the server until Ctrl-C / SIGTERM (see [`serve_with`]).
 ///
 /// # Errors
 /// Bad address, auth refusal, runtime or socket failures.
 pub async fn serve(settings: &Settings, listen: &str) -> Result<(), ServeError> {
+    serve_with(settings, listen, |_| {}).await
+}
+
+/// Runs the server until Ctrl-C / SIGTERM, then stops accepting, lets
+/// open requests finish and waits (up to the request timeout) for turns
+/// still running in the background. `on_listening` is called once every
+/// socket is bound, so nothing claims the server runs before it does.
+///
+/// # Errors
+/// Bad address, auth refusal, runtime or socket failures.
+pub async fn serve_with(
+    settings: &Settings,
+    listen: &str,
+    on_listening: impl FnOnce(&Listening),
+) -> Result<(), ServeError> {
     let addr = parse_listen(listen)?;
+    let metrics_addr = settings
+        .metrics_listen
+        .as_deref()
+        .map(parse_listen)
+        .transpose()?;
     let persistent = Runtime::from_settings(settings, MemoryMode::Persistent).await?;
     let users = UserDirectory::new(persistent.stores().users.clone());
     users
@@ -183,15 +310,39 @@ pub async fn serve(settings: &Settings, listen: &str) -> Result<(), ServeError> 
         .map_err(BindError::from)?;
     let auth = auth_mode_for(addr, users).await?;
     let incognito = Runtime::from_settings(settings, MemoryMode::Incognito).await?;
-    let sweeper =
-        persistent.spawn_sweeper(Duration::from_secs(settings.sweep_interval_seconds.max(1)));
     let local = matches!(auth, AuthMode::Local);
     let state = AppState::new(persistent, incognito, auth, Limits::from_settings(settings));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, local_mode = local, "opencouch API listening");
-    let result = serve_on(listener, state, shutdown_signal()).await;
+    let listener = bind(addr).await?;
+    let metrics_listener = match metrics_addr {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let listening = Listening {
+        addr: listener.local_addr()?,
+        metrics: match &metrics_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        },
+        local_mode: local,
+    };
+    let interval = Duration::from_secs(settings.sweep_interval_seconds.max(1));
+    let sweeper = state
+        .runtime(MemoryMode::Persistent)
+        .spawn_sweeper(interval);
+    let incognito_sweeper =
+        incognito::spawn_sweeper(state.clone(), interval, INCOGNITO_MAX_THREADS);
+    tracing::info!(addr = %listening.addr, local_mode = local, "opencouch API listening");
+    on_listening(&listening);
+    let result = serve_listeners(listener, metrics_listener, state, shutdown_signal()).await;
     sweeper.abort();
+    incognito_sweeper.abort();
     result
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|reason| ServeError::CannotListen { addr, reason })
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves; then stops
@@ -200,6 +351,9 @@ pub async fn serve(settings: &Settings, listen: &str) -> Result<(), ServeError> 
 /// in the background (streams whose client went away). A turn is never
 /// finalized half-way: it commits in one transaction or not at all.
 ///
+/// Connections get the header-read timeout and the connection caps of
+/// [`Limits::connections`].
+///
 /// # Errors
 /// Socket failures.
 pub async fn serve_on(
@@ -207,11 +361,56 @@ pub async fn serve_on(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let app = router(state.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    let deadline = tokio::time::Instant::now() + state.limits().request_timeout;
+    serve_listeners(listener, None, state, shutdown).await
+}
+
+/// Serves `/metrics` only on `metrics_listener`, the API on `listener`.
+///
+/// # Errors
+/// Socket failures.
+pub async fn serve_listeners(
+    listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    state.set_listen_addr(listener.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let limits = state.limits().clone();
+    let drain = limits.request_timeout + limits.connections.header_read_timeout;
+    let metrics_task = metrics_listener.map(|l| {
+        // A scraper needs few connections.
+        let tracker = ConnTracker::new(ConnLimits {
+            max_connections: 16,
+            max_per_ip: 0,
+            ..limits.connections
+        });
+        tokio::spawn(conn::accept_loop(
+            l,
+            metrics_router(state.clone()),
+            tracker,
+            state.clone(),
+            stop_rx.clone(),
+            drain,
+        ))
+    });
+    conn::accept_loop(
+        listener,
+        router(state.clone()),
+        ConnTracker::new(limits.connections),
+        state.clone(),
+        stop_rx,
+        drain,
+    )
+    .await;
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
+    let deadline = tokio::time::Instant::now() + limits.request_timeout;
     while state.in_flight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -27,7 +27,6 @@ async fn chat(f: &common::Fixture, token: &str, thread: &str, message: &str) -> 
 fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, StatusCode)> {
     let chat = Some(r#"{"message":"hello","thread_id":"b1"}"#);
     vec![
-        (GET, "/metrics", None, StatusCode::OK),
         (POST, "/api/chat", chat, StatusCode::OK),
         (POST, "/api/chat/stream", chat, StatusCode::OK),
         (GET, "/api/threads", None, StatusCode::OK),
@@ -82,7 +81,7 @@ async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
     for (method, template) in opencouch_server::api::ROUTES {
         if matches!(
             *template,
-            "/api/health" | "/api/openapi.json" | "/api/chat/ws"
+            "/api/health" | "/api/openapi.json" | "/api/chat/ws" | "/metrics"
         ) {
             continue;
         }
@@ -552,7 +551,8 @@ async fn local_mode_needs_no_token_and_health_is_public() {
 async fn metrics_count_turns_by_route_and_level() {
     let f = fixture().await;
     chat(&f, &f.alice, "m1", "hello").await;
-    let (status, v) = call(&f.app, GET, "/metrics", Some(&f.alice), None).await;
+    let metrics = opencouch_server::metrics_router(f.state.clone());
+    let (status, v) = call(&metrics, GET, "/metrics", None, None).await;
     assert_eq!(status, StatusCode::OK);
     let text = v.as_str().unwrap();
     assert!(text.contains("# TYPE opencouch_turns_total counter"));

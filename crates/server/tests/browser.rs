@@ -105,6 +105,8 @@ async fn web_page_works_in_headless_chromium() {
     let local_data = tempfile::tempdir().unwrap();
     let (url, state, tokens, stop) = start(data.path(), &["alice"]).await;
     let (local_url, _local_state, _, stop_local) = start(local_data.path(), &[]).await;
+    let faulty_data = tempfile::tempdir().unwrap();
+    let (faulty_url, stop_faulty) = start_faulty(faulty_data.path()).await;
 
     // Seeds: three past sessions for the mood chart, one saved preference.
     common::seed_arc(&state, "alice", 14, "overwhelmed", "okay").await;
@@ -120,6 +122,7 @@ async fn web_page_works_in_headless_chromium() {
         .current_dir(&script_dir)
         .env("OC_URL", &url)
         .env("OC_LOCAL_URL", &local_url)
+        .env("OC_FAULTY_URL", &faulty_url)
         .env("OC_TOKEN", &tokens[0])
         .env("OC_SHOTS", &shots)
         .env("OC_PROFILE", profile.path())
@@ -145,7 +148,7 @@ async fn web_page_works_in_headless_chromium() {
     eprintln!("{err}");
     assert!(status.success(), "browser script failed:\n{out}\n{err}");
     let passed: Vec<&str> = out.lines().filter(|l| l.starts_with("ok ")).collect();
-    assert!(passed.len() >= 10, "scenarios reported: {passed:?}");
+    assert!(passed.len() >= 12, "scenarios reported: {passed:?}");
 
     // What the page did is really in the store.
     let rt = state.runtime(MemoryMode::Persistent);
@@ -176,6 +179,36 @@ async fn web_page_works_in_headless_chromium() {
     );
     let _ = stop.send(());
     let _ = stop_local.send(());
+    let _ = stop_faulty.send(());
+}
+
+/// A local-mode server over a SQLite file whose every commit fails (the
+/// crisis reply must still reach the page, marked as not saved).
+async fn start_faulty(dir: &Path) -> (String, tokio::sync::oneshot::Sender<()>) {
+    use opencouch_store::faults::{Fault, with_faults};
+    let sqlite = SqliteStores::open(dir.join("opencouch.sqlite3"))
+        .await
+        .unwrap()
+        .into_stores();
+    let (stores, faults) = with_faults(sqlite);
+    faults.set(Fault::Commit, true);
+    let opts = RuntimeOptions::default();
+    let state = AppState::new(
+        Runtime::persistent(stores, None, opts.clone()),
+        Runtime::incognito(EphemeralStores::new(), None, opts),
+        AuthMode::Local,
+        common::limits(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = opencouch_server::serve_on(listener, state, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    (url, tx)
 }
 
 async fn read_all(mut r: impl tokio::io::AsyncRead + Unpin) -> String {

@@ -3,6 +3,7 @@
 // runs the servers and passes their addresses in the environment:
 //   OC_URL        server with one user (alice), seeded memory and arcs
 //   OC_LOCAL_URL  server in single-user local mode
+//   OC_FAULTY_URL local-mode server whose store fails every commit
 //   OC_TOKEN      alice's token
 //   OC_SHOTS      directory for screenshots (test artifacts)
 //   OC_PROFILE    an empty user-data directory
@@ -20,6 +21,7 @@ const env = (k) => {
 };
 const URL_ = env("OC_URL");
 const LOCAL_URL = env("OC_LOCAL_URL");
+const FAULTY_URL = env("OC_FAULTY_URL");
 const TOKEN = env("OC_TOKEN");
 const SHOTS = env("OC_SHOTS");
 const TIMEOUT = 20000;
@@ -235,6 +237,40 @@ async function main() {
   check(await page.locator("#signout").isHidden(), "no sign-out in local mode");
   await sendMessage(page, "hello from local mode");
   ok("local mode needs no token");
+
+  // 13. A crisis episode: the country given in a follow-up brings that
+  // country's lines into the panel; a statement of being safe closes it.
+  await page.click("#new-thread");
+  let ep = await sendMessage(page, "I want to kill myself");
+  check(await ep.evaluate((e) => e.classList.contains("crisis")), "the crisis panel");
+  check(/which country/.test(await ep.innerText()), "asks where the person is");
+  ep = await sendMessage(page, "I'm in the UK");
+  check(await ep.evaluate((e) => e.classList.contains("crisis")), "the follow-up stays in the crisis panel");
+  const ukTel = await ep.locator("a[href^='tel:']").evaluateAll((as) => as.map((a) => a.getAttribute("href")));
+  check(ukTel.includes("tel:116123"), "the panel links Samaritans: " + ukTel.join(", "));
+  const ukText = await ep.innerText();
+  check(/999/.test(ukText) && !/988/.test(ukText), "UK emergency number, no US line: " + ukText);
+  await shot(page, "11-crisis-follow-up-uk");
+  ep = await sendMessage(page, "idk");
+  check(await ep.evaluate((e) => e.classList.contains("crisis")), "a flat reply stays in the crisis panel");
+  check((await ep.locator("a[href='tel:116123']").count()) === 1, "still the UK lines");
+  ep = await sendMessage(page, "i'm safe now, i'm with my sister");
+  check(!(await ep.evaluate((e) => e.classList.contains("crisis"))), "an ordinary reply once safe");
+  check(/^I'm really glad you're feeling safer/.test(await ep.locator(".text").innerText()), "the warm acknowledgement first");
+  ok("crisis follow-up shows the local lines, and closes when safe");
+
+  // 14. Storage failing: a crisis reply still arrives, with one calm line.
+  await page.goto(FAULTY_URL + "/");
+  await page.locator("#app-view").waitFor({ state: "visible" });
+  await page.waitForFunction(() => document.body.dataset.ready === "1");
+  ep = await sendMessage(page, "I am going to kill myself tonight, I have the pills ready");
+  check(await ep.evaluate((e) => e.classList.contains("crisis")), "the crisis panel without storage");
+  check((await ep.locator("a[href^='tel:'], a[href^='https:']").count()) >= 1, "resources shown");
+  const unsaved = ep.locator(".unsaved");
+  check((await unsaved.count()) === 1, "one not-saved line");
+  check((await unsaved.innerText()) === "This conversation couldn't be saved right now.", "the calm wording");
+  await shot(page, "12-crisis-unsaved");
+  ok("crisis reply arrives when storage fails, marked as not saved");
 
   await context.close();
   check(outside.length === 0, "no request left the machine: " + outside.join(", "));

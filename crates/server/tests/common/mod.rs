@@ -28,6 +28,8 @@ pub fn limits() -> Limits {
         rate_limit_per_minute: 1000,
         request_timeout: Duration::from_secs(30),
         default_memory_mode: MemoryMode::Persistent,
+        unauthenticated_rate_per_minute: 1000,
+        ..Limits::default()
     }
 }
 

@@ -1,0 +1,258 @@
+//! Connections: the accept loop with a header-read timeout, a global and a
+//! per-address connection cap, and graceful shutdown.
+//!
+//! A connection that has not sent a complete request head within the
+//! header-read timeout is closed (this also ends idle keep-alive
+//! connections), so slow or stalled clients cannot hold descriptors. A
+//! connection beyond a cap is answered `503` and closed at once, before
+//! anything is read. An upgraded WebSocket keeps its connection slot until
+//! the socket closes.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::AppState;
+
+/// Connection limits, from the settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Time a client has to send a complete request head.
+    pub header_read_timeout: Duration,
+    /// Open connections in total.
+    pub max_connections: usize,
+    /// Open connections per client address (0 = no per-address cap).
+    pub max_per_ip: usize,
+}
+
+/// Counts open connections, in total and per client address.
+#[derive(Debug, Clone)]
+pub struct ConnTracker {
+    inner: Arc<TrackerInner>,
+}
+
+#[derive(Debug)]
+struct TrackerInner {
+    limits: ConnLimits,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// One open connection's place under the caps; released when the last
+/// clone is dropped (the connection task and, after an upgrade, the
+/// WebSocket session each hold one).
+#[derive(Debug, Clone)]
+pub struct ConnSlot(#[allow(dead_code)] Arc<SlotInner>);
+
+#[derive(Debug)]
+struct SlotInner {
+    tracker: ConnTracker,
+    ip: IpAddr,
+}
+
+impl Drop for SlotInner {
+    fn drop(&mut self) {
+        let mut c = self.tracker.counts();
+        c.total = c.total.saturating_sub(1);
+        if let Some(n) = c.per_ip.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ConnTracker {
+    /// A tracker enforcing `limits`.
+    pub fn new(limits: ConnLimits) -> Self {
+        ConnTracker {
+            inner: Arc::new(TrackerInner {
+                limits,
+                counts: Mutex::new(Counts::default()),
+            }),
+        }
+    }
+
+    fn counts(&self) -> MutexGuard<'_, Counts> {
+        // Counters only: a poisoned lock still holds consistent numbers.
+        self.inner
+            .counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A slot for a new connection from `ip`, or `None` when a cap is
+    /// reached.
+    pub fn try_acquire(&self, ip: IpAddr) -> Option<ConnSlot> {
+        let limits = self.inner.limits;
+        let mut c = self.counts();
+        if c.total >= limits.max_connections {
+            return None;
+        }
+        let from_ip = c.per_ip.get(&ip).copied().unwrap_or(0);
+        if limits.max_per_ip > 0 && from_ip >= limits.max_per_ip {
+            return None;
+        }
+        c.total += 1;
+        *c.per_ip.entry(ip).or_insert(0) += 1;
+        drop(c);
+        Some(ConnSlot(Arc::new(SlotInner {
+            tracker: self.clone(),
+            ip,
+        })))
+    }
+
+    /// Open connections (upgraded WebSockets included).
+    pub fn open(&self) -> usize {
+        self.counts().total
+    }
+}
+
+/// What a connection beyond a cap is sent before it is closed.
+const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\nx-content-type-options: nosniff\r\n\
+retry-after: 1\r\nconnection: close\r\ncontent-length: 75\r\n\r\n\
+{\"code\":\"too_many_connections\",\"message\":\"too many open connections; retry\"}";
+
+/// Accepts connections on `listener` and serves `app` on each until `stop`
+/// turns true; then stops accepting, lets every connection finish its
+/// request in flight (idle ones close at once) and returns when all
+/// connections are closed or `drain` has passed.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    tracker: ConnTracker,
+    state: AppState,
+    mut stop: watch::Receiver<bool>,
+    drain: Duration,
+) {
+    let header_timeout = tracker.inner.limits.header_read_timeout;
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            () = stopped(&mut stop) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(v) => v,
+            Err(e) => {
+                // Out of descriptors or a connection reset before accept:
+                // back off briefly instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(slot) = tracker.try_acquire(peer.ip()) else {
+            state.metrics().rejected("too_many_connections");
+            let _ = stream.try_write(OVER_CAPACITY);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let request_slot = slot.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req.extensions_mut().insert(request_slot.clone());
+            let app = app.clone();
+            async move {
+                let resp = tower::ServiceExt::oneshot(app, req.map(axum::body::Body::new)).await;
+                Ok::<_, Infallible>(match resp {
+                    Ok(r) => r,
+                    Err(never) => match never {},
+                })
+            }
+        });
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let deadline = tokio::time::Instant::now() + drain;
+    while tracker.open() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The client address of a request served by [`accept_loop`] (`None` when
+/// the router runs without it, e.g. in tests).
+pub fn client_ip<B>(req: &axum::http::Request<B>) -> Option<IpAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_are_global_and_per_address_and_slots_release() {
+        let t = ConnTracker::new(ConnLimits {
+            header_read_timeout: Duration::from_secs(1),
+            max_connections: 3,
+            max_per_ip: 2,
+        });
+        let a = IpAddr::from([10, 0, 0, 1]);
+        let b = IpAddr::from([10, 0, 0, 2]);
+        let c = IpAddr::from([10, 0, 0, 3]);
+        let a1 = t.try_acquire(a);
+        let a2 = t.try_acquire(a);
+        assert!(a1.is_some() && a2.is_some());
+        assert!(t.try_acquire(a).is_none(), "per-address cap");
+        let b1 = t.try_acquire(b);
+        assert!(b1.is_some());
+        assert!(t.try_acquire(c).is_none(), "global cap");
+        let a1_clone = a1.clone();
+        drop(a1);
+        assert!(t.try_acquire(c).is_none(), "a clone still holds the slot");
+        drop(a1_clone);
+        assert_eq!(t.open(), 2);
+        assert!(t.try_acquire(c).is_some());
+        assert_eq!(t.open(), 2, "the temporary slot was dropped");
+        let open = ConnTracker::new(ConnLimits {
+            header_read_timeout: Duration::from_secs(1),
+            max_connections: 10,
+            max_per_ip: 0,
+        });
+        let held: Vec<_> = (0..10).filter_map(|_| open.try_acquire(a)).collect();
+        assert_eq!(held.len(), 10, "0 = no per-address cap");
+    }
+}

@@ -1,7 +1,8 @@
 //! `opencouch chat`: a line-mode client of the runtime.
 //!
-//! Interactive on a terminal (line editing, history, slash commands,
-//! streamed replies with stage labels, crisis replies in a distinct panel);
+//! Interactive on a terminal (line editing, up-arrow recall of this run's
+//! lines, kept in memory only, slash commands, streamed replies with stage
+//! labels, crisis replies in a distinct panel);
 //! with piped stdin it reads one message per line, and `--json` prints one
 //! AgentOutput JSON object per turn.
 
@@ -17,6 +18,8 @@ use opencouch_core::{
 };
 use opencouch_runtime::{EndSessionOutcome, Runtime};
 use opencouch_store::{FeedbackLabel, FeedbackSource};
+
+use crate::out::{out, outln};
 
 /// Flags of `opencouch chat`.
 #[derive(Args, Debug, Clone)]
@@ -38,7 +41,7 @@ pub struct ChatArgs {
 const HELP: &str = "\
 Commands:
   /help                 this list
-  /status               thread, memory mode, runtime mode, turns
+  /status               thread, memory mode, runtime mode, crisis-gate layers, turns
   /end                  end the session (you can leave feedback) and see its summary
   /incognito            switch to incognito (nothing saved) for the rest of this run
   /mode MODE            deterministic | hybrid | auto
@@ -50,6 +53,10 @@ Commands:
   /memory clear facts|sessions|rules|all   delete in bulk (type CLEAR to confirm)
   /exit                 leave (the conversation is kept unless incognito)
 Anything else is sent to OpenCouch. If you are in danger, call your local emergency number.";
+
+/// Shown once under a reply that could not be saved (storage failed; only a
+/// crisis reply is delivered in that case).
+const NOT_SAVED: &str = "This conversation couldn't be saved right now.";
 
 struct Session {
     settings: Settings,
@@ -82,7 +89,6 @@ impl Session {
             return Ok(());
         }
         let mut events = Box::pin(self.runtime.run_turn_stream(input));
-        let mut stdout = std::io::stdout();
         let mut streamed = false;
         let mut status_shown = false;
         while let Some(event) = events.next().await {
@@ -100,10 +106,9 @@ impl Session {
                     // Crisis replies are shown whole, in a panel, at response_ready.
                     if !streamed {
                         streamed = true;
-                        print!("\nopencouch › ");
+                        out!("\nopencouch › ")?;
                     }
-                    print!("{text}");
-                    stdout.flush().ok();
+                    out!("{text}")?;
                 }
                 StreamEvent::ResponseReady { .. } => {}
                 StreamEvent::Done { output } => {
@@ -112,15 +117,19 @@ impl Session {
                     }
                     if output.response_type == ResponseType::Crisis {
                         if streamed {
-                            println!();
+                            outln!()?;
                         }
-                        print_crisis_panel(&output);
+                        print_crisis_panel(&output)?;
                     } else if !streamed {
-                        println!("\nopencouch › {}", output.response_text);
+                        outln!("\nopencouch › {}", output.response_text)?;
                     } else {
-                        println!();
+                        outln!()?;
                     }
-                    println!();
+                    if !output.saved {
+                        // A crisis reply arrives even when storage fails.
+                        outln!("{NOT_SAVED}")?;
+                    }
+                    outln!()?;
                 }
                 StreamEvent::Error { message, .. } => {
                     if status_shown {
@@ -146,16 +155,16 @@ impl Session {
     }
 }
 
-fn print_crisis_panel(output: &AgentOutput) {
+fn print_crisis_panel(output: &AgentOutput) -> std::io::Result<()> {
     let width = 72;
     let bar = "━".repeat(width);
-    println!("\x1b[1;31m┏{bar}┓\x1b[0m");
-    println!("\x1b[1;31m┃\x1b[0m \x1b[1mYou deserve support right now\x1b[0m");
-    println!("\x1b[1;31m┃\x1b[0m");
+    outln!("\x1b[1;31m┏{bar}┓\x1b[0m")?;
+    outln!("\x1b[1;31m┃\x1b[0m \x1b[1mYou deserve support right now\x1b[0m")?;
+    outln!("\x1b[1;31m┃\x1b[0m")?;
     for line in output.response_text.lines() {
-        println!("\x1b[1;31m┃\x1b[0m {line}");
+        outln!("\x1b[1;31m┃\x1b[0m {line}")?;
     }
-    println!("\x1b[1;31m┗{bar}┛\x1b[0m");
+    outln!("\x1b[1;31m┗{bar}┛\x1b[0m")
 }
 
 fn default_thread(user: Option<&str>) -> String {
@@ -172,10 +181,14 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
     } else {
         settings.memory_mode
     };
+    remove_legacy_history(&settings);
     let runtime = Runtime::from_settings(&settings, memory_mode)
         .await
         .context("could not start the runtime")?;
     let interactive = std::io::stdin().is_terminal() && !args.json;
+    if interactive {
+        crate::models::print_missing_model_hint(&settings);
+    }
     let thread = args
         .thread
         .clone()
@@ -209,24 +222,50 @@ async fn run_piped(session: &mut Session) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn history_path(settings: &Settings) -> PathBuf {
-    settings.resolved_data_dir().join("chat_history.txt")
+/// The plain-text input history earlier builds kept in the data directory:
+/// every typed line, crisis messages included, shared by every thread and
+/// user. Nothing writes it any more; it is deleted when found.
+pub const LEGACY_HISTORY_FILE: &str = "chat_history.txt";
+
+fn legacy_history_path(settings: &Settings) -> PathBuf {
+    settings.resolved_data_dir().join(LEGACY_HISTORY_FILE)
+}
+
+/// Deletes the legacy input-history file if it exists (at chat start-up and
+/// on memory clear). Returns whether there was one. A file that cannot be
+/// deleted is reported on stderr, never silently kept.
+pub fn remove_legacy_history(settings: &Settings) -> bool {
+    let path = legacy_history_path(settings);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            eprintln!(
+                "opencouch: deleted {}: earlier versions kept typed lines there; nothing is written there any more.",
+                path.display()
+            );
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            eprintln!(
+                "opencouch: could not delete {} (typed lines of an earlier version): {e}; please delete it.",
+                path.display()
+            );
+            false
+        }
+    }
 }
 
 async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
+    // Up-arrow recall lives in this process only: typed lines (crisis
+    // messages among them) are never written to a history file.
     let mut editor = rustyline::DefaultEditor::new()?;
-    let incognito_at_start = session.runtime.memory_mode() == MemoryMode::Incognito;
-    let hist = history_path(&session.settings);
-    if !incognito_at_start {
-        let _ = editor.load_history(&hist);
-    }
-    println!("OpenCouch: a support companion, not a therapist and not an emergency service.");
-    println!(
+    outln!("OpenCouch: a support companion, not a therapist and not an emergency service.")?;
+    outln!(
         "Thread {} · {} · {} mode. Type /help for commands.\n",
         session.thread,
         session.runtime.memory_mode(),
         session.runtime.mode()
-    );
+    )?;
     loop {
         let line = match editor.readline("you › ") {
             Ok(l) => l,
@@ -246,26 +285,39 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
             let mut parts = cmd.split_whitespace();
             let name = parts.next().unwrap_or("");
             match name {
-                "help" | "h" => println!("{HELP}\n"),
+                "help" | "h" => outln!("{HELP}\n")?,
                 "exit" | "quit" | "q" => break,
                 "status" | "s" => {
-                    println!("thread       {}", session.thread);
-                    println!(
+                    outln!("thread       {}", session.thread)?;
+                    outln!(
                         "owner        {}",
                         session
                             .user
                             .clone()
                             .unwrap_or_else(|| format!("{} (thread-scoped)", session.thread))
-                    );
-                    println!("memory       {}", session.runtime.memory_mode());
-                    println!("mode         {}", session.runtime.mode());
-                    println!("storage      {}", session.runtime.storage_label());
-                    println!("turns        {} this run\n", session.turns);
+                    )?;
+                    outln!("memory       {}", session.runtime.memory_mode())?;
+                    outln!("mode         {}", session.runtime.mode())?;
+                    outln!("storage      {}", session.runtime.storage_label())?;
+                    outln!(
+                        "crisis gate  deterministic layers{}{}",
+                        if session.runtime.semantic_on() {
+                            " + semantic signal (local embeddings)"
+                        } else {
+                            "; semantic signal off (run `opencouch models install`)"
+                        },
+                        if session.runtime.mode() == opencouch_core::RuntimeMode::Hybrid {
+                            " + model"
+                        } else {
+                            ""
+                        }
+                    )?;
+                    outln!("turns        {} this run\n", session.turns)?;
                 }
                 "end" => {
                     let feedback = ask_feedback(&mut editor);
                     match session.end(feedback, FeedbackSource::CliEnd).await {
-                        Ok(outcome) => print_end(&outcome),
+                        Ok(outcome) => print_end(&outcome)?,
                         Err(e) => eprintln!("opencouch: could not end the session: {e:#}"),
                     }
                 }
@@ -274,26 +326,26 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                         channel: None,
                         approach: None,
                     });
-                    println!();
+                    outln!()?;
                 }
                 "memory" | "m" => {
                     let args: Vec<&str> = parts.collect();
                     if let Err(e) = memory_command(session, &mut editor, &args).await {
                         eprintln!("opencouch: {e:#}");
                     }
-                    println!();
+                    outln!()?;
                 }
                 "incognito" => {
                     if session.runtime.memory_mode() == MemoryMode::Incognito {
-                        println!("Already incognito.\n");
+                        outln!("Already incognito.\n")?;
                     } else {
                         session.runtime =
                             Runtime::from_settings(&session.settings, MemoryMode::Incognito)
                                 .await?;
                         session.thread = format!("{}:incognito", session.thread);
-                        println!(
+                        outln!(
                             "Incognito: nothing from now on is saved, and saved memory is not used.\n"
-                        );
+                        )?;
                     }
                 }
                 "mode" => match parts.next().map(str::parse::<RuntimeMode>) {
@@ -304,36 +356,34 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                             Runtime::from_settings(&settings, session.runtime.memory_mode())
                                 .await?;
                         session.settings = settings;
-                        println!("Mode: {} (effective: {}).\n", mode, session.runtime.mode());
+                        outln!("Mode: {} (effective: {}).\n", mode, session.runtime.mode())?;
                     }
-                    Some(Err(e)) => println!("{e}\n"),
-                    None => println!(
+                    Some(Err(e)) => outln!("{e}\n")?,
+                    None => outln!(
                         "Mode: {}. Use /mode deterministic|hybrid|auto.\n",
                         session.runtime.mode()
-                    ),
+                    )?,
                 },
-                other => println!("Unknown command /{other}. Type /help for the list.\n"),
+                other => outln!("Unknown command /{other}. Type /help for the list.\n")?,
             }
             continue;
         }
         if let Err(e) = session.send(text).await {
+            // Nowhere left to print replies: stop (quietly, see `main`).
+            if crate::out::is_broken_pipe(&e) {
+                return Err(e);
+            }
             eprintln!("opencouch: {e:#}");
         }
     }
-    if session.runtime.memory_mode() == MemoryMode::Persistent {
-        if let Some(parent) = hist.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let _ = editor.save_history(&hist);
-    }
-    println!(
+    outln!(
         "Take care. Your conversation is {}.",
         if session.runtime.memory_mode() == MemoryMode::Persistent {
             "saved; continue it with the same --thread"
         } else {
             "not saved"
         }
-    );
+    )?;
     Ok(())
 }
 
@@ -368,16 +418,16 @@ async fn memory_command(
         _ => None,
     };
     match args {
-        [] | ["status"] => println!(
+        [] | ["status"] => outln!(
             "{}",
             service
                 .handle(&ctx, MemoryAction::Status, None)
                 .await?
                 .reply
-        ),
+        )?,
         ["list", ..] => {
             if rt.memory_mode() == MemoryMode::Incognito {
-                println!("{}", opencouch_memory::control::GUEST_MODE_REPLY);
+                outln!("{}", opencouch_memory::control::GUEST_MODE_REPLY)?;
             } else {
                 crate::memory_cmd::print_inspect(rt, &owner).await?;
             }
@@ -386,7 +436,7 @@ async fn memory_command(
             let action = MemoryAction::SetRecall {
                 enabled: *v == "on",
             };
-            println!("{}", service.handle(&ctx, action, None).await?.reply);
+            outln!("{}", service.handle(&ctx, action, None).await?.reply)?;
         }
         ["forget", kind, n] => {
             let (Some(target_kind), Ok(target_index)) = (kind_of(kind), n.parse::<usize>()) else {
@@ -402,7 +452,7 @@ async fn memory_command(
                     None,
                 )
                 .await?;
-            println!("{}", prepared.reply);
+            outln!("{}", prepared.reply)?;
             let PendingChange::Set(pending) = prepared.pending else {
                 return Ok(());
             };
@@ -412,10 +462,10 @@ async fn memory_command(
             } else {
                 MemoryAction::CancelPending
             };
-            println!(
+            outln!(
                 "{}",
                 service.handle(&ctx, action, Some(&pending)).await?.reply
-            );
+            )?;
         }
         ["clear", kind] => {
             let which = match *kind {
@@ -426,20 +476,21 @@ async fn memory_command(
                 _ => anyhow::bail!("usage: /memory clear facts|sessions|rules|all"),
             };
             if rt.memory_mode() == MemoryMode::Incognito {
-                println!("{}", opencouch_memory::control::GUEST_MODE_REPLY);
+                outln!("{}", opencouch_memory::control::GUEST_MODE_REPLY)?;
                 return Ok(());
             }
             let answer = editor
                 .readline(&format!("Type CLEAR to delete {kind} permanently › "))
                 .unwrap_or_default();
             if answer.trim() == "CLEAR" {
+                remove_legacy_history(&session.settings);
                 let n = crate::memory_cmd::clear(rt, &owner, which).await?;
-                println!("Deleted {n} items.");
+                outln!("Deleted {n} items.")?;
             } else {
-                println!("Nothing deleted.");
+                outln!("Nothing deleted.")?;
             }
         }
-        _ => println!("Unknown /memory command. Type /help for the list."),
+        _ => outln!("Unknown /memory command. Type /help for the list.")?,
     }
     Ok(())
 }
@@ -455,15 +506,16 @@ fn ask_feedback(editor: &mut rustyline::DefaultEditor) -> Option<FeedbackLabel> 
     }
 }
 
-fn print_end(outcome: &EndSessionOutcome) {
+fn print_end(outcome: &EndSessionOutcome) -> std::io::Result<()> {
     match &outcome.summary {
         Some(arc) => {
-            println!("\nSession summary: {}", arc.summary);
+            outln!("\nSession summary: {}", arc.summary)?;
             if !arc.themes.is_empty() {
-                println!("Themes: {}", arc.themes.join(", "));
+                outln!("Themes: {}", arc.themes.join(", "))?;
             }
-            println!();
+            outln!()?;
         }
-        None => println!("\n{}\n", outcome.detail),
+        None => outln!("\n{}\n", outcome.detail)?,
     }
+    Ok(())
 }

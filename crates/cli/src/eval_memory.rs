@@ -14,6 +14,8 @@ use anyhow::{Context, bail};
 use opencouch_memory::eval::{EvalProgress, EvalReport, evaluate, load_locomo};
 use opencouch_memory::retrieval::{Embedder, SearchMode};
 
+use crate::out::outln;
+
 /// Which retriever to evaluate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Retriever {
@@ -53,8 +55,8 @@ pub struct EvalMemoryArgs {
     pub predictions: Option<PathBuf>,
 }
 
-fn print_report(r: &EvalReport) {
-    println!("LoCoMo recall@{} ({:?} retriever)", r.k, r.retriever);
+fn print_report(r: &EvalReport) -> std::io::Result<()> {
+    outln!("LoCoMo recall@{} ({:?} retriever)", r.k, r.retriever)?;
     let names = [
         (1, "multi-hop"),
         (2, "temporal"),
@@ -66,27 +68,32 @@ fn print_report(r: &EvalReport) {
             .iter()
             .find(|(c, _)| c == cat)
             .map_or("other", |(_, n)| n);
-        println!(
+        outln!(
             "  category {cat} {name:<12} questions {:>4}  recall {:.3}  hit-rate {:.3}",
-            score.questions, score.recall, score.hit_rate
-        );
+            score.questions,
+            score.recall,
+            score.hit_rate
+        )?;
     }
-    println!(
+    outln!(
         "  overall                 questions {:>4}  recall {:.3}  hit-rate {:.3}",
-        r.overall.questions, r.overall.recall, r.overall.hit_rate
-    );
-    println!(
+        r.overall.questions,
+        r.overall.recall,
+        r.overall.hit_rate
+    )?;
+    outln!(
         "  search p50 {:.3} ms per query (query embedding excluded)",
         r.search_p50_ms
-    );
+    )?;
     if r.embedded_texts > 0 {
-        println!(
+        outln!(
             "  embedded {} texts in {:.1} s ({:.1} texts/s)",
             r.embedded_texts,
             r.embed_seconds,
             r.embedded_texts as f64 / r.embed_seconds.max(1e-9)
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// Runs the evaluation and prints the report.
@@ -145,7 +152,7 @@ pub fn run(args: &EvalMemoryArgs) -> anyhow::Result<()> {
     ));
     bar.finish_and_clear();
     let report = report?;
-    print_report(&report);
+    print_report(&report)?;
     if let Some(path) = &args.predictions {
         let file =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;

@@ -11,13 +11,18 @@ use clap::{Args, Parser, Subcommand};
 
 mod admin;
 mod chat;
+mod download;
 mod eval_crisis;
 mod eval_memory;
 mod memory_cmd;
+mod models;
+mod out;
 mod serve;
 mod users;
 use opencouch_config::{Overrides, Settings};
 use opencouch_core::{MemoryMode, RuntimeMode};
+
+use crate::out::outln;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -81,6 +86,9 @@ enum Command {
     /// Measure the crisis gate or memory retrieval on labelled data
     #[command(subcommand)]
     Eval(EvalCmd),
+    /// Install, check or remove the local embedding model (all-MiniLM-L6-v2)
+    #[command(subcommand)]
+    Models(models::ModelsCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -120,17 +128,23 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "(none)".into());
-    println!("config file: {file}");
+    outln!("config file: {file}")?;
     let rows = loaded.settings.display_rows();
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
-        println!("{k:<width$}  {v}");
+        outln!("{k:<width$}  {v}")?;
     }
-    println!(
+    outln!(
         "{:<width$}  {}",
         "embeddings",
         opencouch_runtime::embeddings::describe(&loaded.settings)
-    );
+    )?;
+    outln!(
+        "{:<width$}  {}",
+        "semantic signal",
+        opencouch_runtime::semantic::SemanticSignal::status_without_loading(&loaded.settings)
+            .describe()
+    )?;
     Ok(())
 }
 
@@ -165,6 +179,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Users(cmd) => users::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::Models(cmd) => models::run(cmd, load_settings(&cli.global, None, None)?).await,
     }
 }
 
@@ -211,14 +226,7 @@ fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // A closed output pipe (`… | head`) ends the program quietly.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("opencouch: {e:#}");
             ExitCode::from(2)

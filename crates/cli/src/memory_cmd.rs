@@ -1,7 +1,7 @@
 //! `opencouch memory inspect|clear`: what is saved for one person, and a
 //! bulk clear with typed confirmation (deliberately not exposed over HTTP).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -10,6 +10,8 @@ use opencouch_core::MemoryMode;
 use opencouch_memory::MemoryKind;
 use opencouch_memory::backend::MemoryBackend;
 use opencouch_runtime::Runtime;
+
+use crate::out::{out, outln};
 
 /// `opencouch memory …`
 #[derive(Subcommand, Debug)]
@@ -63,25 +65,25 @@ pub async fn print_inspect(rt: &Runtime, owner: &str) -> anyhow::Result<()> {
     let snap = opencouch_runtime::memory::control_service(rt)
         .snapshot(owner)
         .await?;
-    println!(
+    outln!(
         "Memory for {owner} (proactive recall {})",
         if snap.proactive_recall_enabled {
             "on"
         } else {
             "off"
         }
-    );
+    )?;
     for (title, items) in [
         ("Facts", &snap.facts),
         ("Sessions", &snap.sessions),
         ("Rules", &snap.rules),
     ] {
-        println!("\n{title}:");
+        outln!("\n{title}:")?;
         if items.is_empty() {
-            println!("  (none)");
+            outln!("  (none)")?;
         }
         for (i, (_, preview)) in items.iter().enumerate() {
-            println!("  {}. {preview}", i + 1);
+            outln!("  {}. {preview}", i + 1)?;
         }
     }
     Ok(())
@@ -112,19 +114,19 @@ pub async fn run(cmd: MemoryCmd, settings: Settings) -> anyhow::Result<()> {
                 if !std::io::stdin().is_terminal() {
                     anyhow::bail!("refusing to clear memory without confirmation: pass --yes");
                 }
-                print!(
+                out!(
                     "This permanently deletes {kind:?} memory for {user}. Type CLEAR to confirm: "
-                );
-                std::io::stdout().flush().ok();
+                )?;
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line)?;
                 if line.trim() != "CLEAR" {
-                    println!("Nothing deleted.");
+                    outln!("Nothing deleted.")?;
                     return Ok(());
                 }
             }
+            crate::chat::remove_legacy_history(&settings);
             let n = clear(&rt, &user, kind).await?;
-            println!("Deleted {n} memory records for {user}.");
+            outln!("Deleted {n} memory records for {user}.")?;
             Ok(())
         }
     }

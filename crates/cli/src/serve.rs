@@ -18,6 +18,7 @@ pub async fn run(args: &ServeArgs, settings: opencouch_config::Settings) -> anyh
         .listen
         .clone()
         .unwrap_or_else(|| settings.listen.clone());
+    crate::models::print_missing_model_hint(&settings);
     eprintln!("OpenCouch API on http://{listen}/ (Ctrl-C to stop)");
     opencouch_server::serve(&settings, &listen).await?;
     Ok(())

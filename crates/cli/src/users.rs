@@ -2,6 +2,8 @@
 
 use opencouch_server::UserDirectory;
 
+use crate::out::outln;
+
 /// `opencouch users …`
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum UsersCmd {
@@ -41,29 +43,29 @@ pub async fn run(cmd: UsersCmd, settings: opencouch_config::Settings) -> anyhow:
     match cmd {
         UsersCmd::Add { name } => {
             let token = dir.add(&name, now).await?;
-            println!("Added user {name}. Their token (shown once, keep it secret):");
-            println!("{token}");
+            outln!("Added user {name}. Their token (shown once, keep it secret):")?;
+            outln!("{token}")?;
         }
         UsersCmd::List => {
             let users = dir.list().await?;
             if users.is_empty() {
-                println!("No users (the server runs in single-user local mode on loopback).");
+                outln!("No users (the server runs in single-user local mode on loopback).")?;
             }
             for u in users {
                 let state = match u.revoked_at {
                     Some(t) => format!("revoked {}", t.format("%Y-%m-%d %H:%M")),
                     None => "active".to_owned(),
                 };
-                println!(
+                outln!(
                     "{:<32} added {}  {state}",
                     u.name,
                     u.created_at.format("%Y-%m-%d %H:%M")
-                );
+                )?;
             }
         }
         UsersCmd::Revoke { name } => {
             dir.revoke(&name, now).await?;
-            println!("Revoked {name}. Their token no longer works.");
+            outln!("Revoked {name}. Their token no longer works.")?;
         }
     }
     Ok(())

@@ -19,7 +19,17 @@ pub async fn run(args: &ServeArgs, settings: opencouch_config::Settings) -> anyh
         .clone()
         .unwrap_or_else(|| settings.listen.clone());
     crate::models::print_missing_model_hint(&settings);
-    eprintln!("OpenCouch API on http://{listen}/ (Ctrl-C to stop)");
-    opencouch_server::serve(&settings, &listen).await?;
+    // Printed only once every socket is bound: a refused or failed start
+    // never claims the server runs.
+    opencouch_server::serve_with(&settings, &listen, |l| {
+        eprintln!("OpenCouch API on http://{}/ (Ctrl-C to stop)", l.addr);
+        if let Some(m) = l.metrics {
+            eprintln!("metrics on http://{m}/metrics");
+        }
+        if l.local_mode {
+            eprintln!("local mode: no sign-in; answers only on its loopback address");
+        }
+    })
+    .await?;
     Ok(())
 }

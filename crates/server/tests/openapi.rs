@@ -428,6 +428,7 @@ async fn real_responses_match_the_documented_schemas() {
     let text = reqwest::Client::new()
         .post(format!("http://{addr}/api/chat/stream"))
         .bearer_auth(&f.alice)
+        .header("content-type", "application/json")
         .body(chat("I can't sleep lately", "s1"))
         .send()
         .await

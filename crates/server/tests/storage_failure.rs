@@ -175,6 +175,7 @@ async fn with_the_user_store_down_a_chat_reaches_only_the_crisis_gate() {
     let text = client
         .post(format!("http://{addr}/api/chat/stream"))
         .bearer_auth(&token)
+        .header("content-type", "application/json")
         .body(body(IMMINENT, "u2"))
         .send()
         .await
@@ -201,6 +202,7 @@ async fn with_the_user_store_down_a_chat_reaches_only_the_crisis_gate() {
     let v: Value = client
         .post(format!("http://{addr}/api/chat"))
         .bearer_auth(&token)
+        .header("content-type", "application/json")
         .body(body(ORDINARY, "u1"))
         .send()
         .await
@@ -222,6 +224,7 @@ async fn spawn_server(app: axum::Router) -> std::net::SocketAddr {
 async fn sse(addr: std::net::SocketAddr, message: &str) -> Vec<Value> {
     let text = reqwest::Client::new()
         .post(format!("http://{addr}/api/chat/stream"))
+        .header("content-type", "application/json")
         .body(body(message, "s1"))
         .send()
         .await
@@ -313,6 +316,7 @@ async fn postgres_dropped_under_a_running_server_still_answers_a_crisis() {
         client
             .post(format!("http://{addr}/api/chat"))
             .bearer_auth(&token)
+            .header("content-type", "application/json")
             .body(body(m, "pg1"))
             .send()
     };

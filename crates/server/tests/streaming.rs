@@ -60,6 +60,7 @@ async fn sse_stream_sends_named_events_with_done_last() {
     let resp = client
         .post(format!("http://{addr}/api/chat/stream"))
         .bearer_auth(&f.alice)
+        .header("content-type", "application/json")
         .body(r#"{"message":"I feel stressed about exams","thread_id":"s1"}"#)
         .send()
         .await
@@ -93,6 +94,7 @@ async fn sse_stream_sends_named_events_with_done_last() {
     // Without a token: 401 JSON, no stream.
     let resp = client
         .post(format!("http://{addr}/api/chat/stream"))
+        .header("content-type", "application/json")
         .body("{}")
         .send()
         .await
@@ -232,6 +234,7 @@ async fn a_failing_turn_ends_the_stream_with_one_error_event() {
     // SSE: 200 (validation passed), then an `error` event last.
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}/api/chat/stream"))
+        .header("content-type", "application/json")
         .body(r#"{"message":"hello","thread_id":"e1"}"#)
         .send()
         .await
@@ -266,6 +269,7 @@ async fn one_thread_id_for_two_owners_never_mixes_over_any_transport() {
     let r = client
         .post(format!("http://{addr}/api/chat"))
         .bearer_auth(&f.alice)
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await
@@ -275,6 +279,7 @@ async fn one_thread_id_for_two_owners_never_mixes_over_any_transport() {
     let r = client
         .post(format!("http://{addr}/api/chat/stream"))
         .bearer_auth(&f.bob)
+        .header("content-type", "application/json")
         .body(r#"{"message":"bob over sse","thread_id":"same"}"#)
         .send()
         .await
@@ -358,6 +363,7 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
     let request = tokio::spawn(
         reqwest::Client::new()
             .post(format!("http://{addr}/api/chat"))
+            .header("content-type", "application/json")
             .body(r#"{"message":"work has been a lot lately","thread_id":"g1"}"#)
             .send(),
     );

@@ -8,6 +8,10 @@
 //!   on one thread are serialized across processes by advisory locks
 //!   ([`ThreadLocks`]).
 //!
+//! The two SQL backends share their queries and row decoding (`sql`);
+//! each backend module keeps only its connection setup, migrations and
+//! dialect (how values are bound and read back).
+//!
 //! Schemas are embedded migrations applied once at start-up by the
 //! constructors (`migrate()`); no request path issues DDL.
 //!
@@ -25,6 +29,7 @@ pub mod memory;
 pub mod postgres;
 pub mod records;
 pub mod session;
+mod sql;
 pub mod sqlite;
 #[doc(hidden)]
 pub mod testing;

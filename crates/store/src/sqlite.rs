@@ -9,7 +9,13 @@
 //! queue on the busy timeout instead of failing on a lock upgrade.
 //!
 //! Timestamps are TEXT in a fixed-width RFC 3339 UTC form
-//! (`2026-01-01T12:00:00.000000Z`), so text order equals time order.
+//! (`2026-01-01T12:00:00.000000Z`), so text order equals time order; JSON is
+//! TEXT and embeddings a little-endian f32 BLOB.
+//!
+//! This file owns what is SQLite's own: opening the file (private
+//! permissions, pragmas), migrations, `BEGIN IMMEDIATE`, and how values are
+//! bound and read back (its `SqlBackend` and `SqlRow` implementations). The
+//! queries themselves are shared with PostgreSQL in `crate::sql`.
 
 use std::path::Path;
 #[cfg(test)]
@@ -17,26 +23,23 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use opencouch_core::{Message, ResponseStyle, Role, Route};
+use opencouch_core::ThreadState;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 
-use crate::codec::{decode_state_str, encode_state_string};
+use crate::codec::decode_state_str;
 use crate::error::{StoreError, StoreResult};
 use crate::lock::ThreadLocks;
-use crate::records::{
-    CommitOutcome, CrisisRecord, DailyCrisisCount, Embedding, FeedbackRecord, MemoryKind,
-    MemoryRecord, ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot,
-    ThreadSummary, TranscriptEntry, TurnCommit, VoiceFinalization, VoiceFinalizationState,
-    embedding_from_le_bytes, embedding_to_le_bytes,
-};
-use crate::session::{ActiveSession, REASON_UNREADABLE_PAYLOAD, parse_timestamp};
-use crate::traits::{
-    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, VoiceFinalizationStore,
-};
+use crate::records::{embedding_from_le_bytes, embedding_to_le_bytes};
+use crate::session::parse_timestamp;
+use crate::sql::{Arg, SqlBackend, SqlRow, Stmt, crisis_level_u8};
 use crate::{Backend, Stores};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -51,7 +54,7 @@ pub struct SqliteStores {
 }
 
 /// Formats a timestamp in the fixed-width stored form.
-pub(crate) fn fmt_ts(t: DateTime<Utc>) -> String {
+fn fmt_ts(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
@@ -65,53 +68,6 @@ fn opt_ts(
     column: &'static str,
 ) -> StoreResult<Option<DateTime<Utc>>> {
     raw.map(|r| req_ts(&r, table, column)).transpose()
-}
-
-pub(crate) fn to_i64(v: u64) -> StoreResult<i64> {
-    i64::try_from(v).map_err(|_| StoreError::Invalid("count exceeds i64"))
-}
-
-pub(crate) fn to_u64(v: i64, table: &'static str, column: &'static str) -> StoreResult<u64> {
-    u64::try_from(v).map_err(|_| StoreError::corrupt(table, column))
-}
-
-pub(crate) fn parse_enum<T: FromStr>(
-    raw: &str,
-    table: &'static str,
-    column: &'static str,
-) -> StoreResult<T> {
-    raw.parse::<T>()
-        .map_err(|_| StoreError::corrupt(table, column))
-}
-
-pub(crate) fn opt_enum<T: FromStr>(
-    raw: Option<String>,
-    table: &'static str,
-    column: &'static str,
-) -> StoreResult<Option<T>> {
-    raw.map(|r| parse_enum(&r, table, column)).transpose()
-}
-
-pub(crate) fn crisis_level_u8(
-    raw: Option<i64>,
-    table: &'static str,
-    column: &'static str,
-) -> StoreResult<Option<u8>> {
-    raw.map(|v| {
-        u8::try_from(v)
-            .ok()
-            .filter(|l| *l <= 3)
-            .ok_or(StoreError::corrupt(table, column))
-    })
-    .transpose()
-}
-
-/// Maps a unique-constraint violation to [`StoreError::Conflict`].
-pub(crate) fn conflict(err: sqlx::Error, what: &'static str) -> StoreError {
-    match &err {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict { what },
-        _ => StoreError::Database(err),
-    }
 }
 
 impl SqliteStores {
@@ -285,366 +241,21 @@ mod private {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct TranscriptRow {
-    idx: i64,
-    role: String,
-    content: String,
-    route: Option<String>,
-    response_style: Option<String>,
-    crisis_level: Option<i64>,
-    at: Option<String>,
-}
-
-impl TranscriptRow {
-    fn into_entry(self) -> StoreResult<TranscriptEntry> {
-        const T: &str = "transcript";
-        Ok(TranscriptEntry {
-            index: to_u64(self.idx, T, "idx")?,
-            message: Message {
-                role: parse_enum::<Role>(&self.role, T, "role")?,
-                content: self.content,
-                route: opt_enum::<Route>(self.route, T, "route")?,
-                response_style: opt_enum::<ResponseStyle>(
-                    self.response_style,
-                    T,
-                    "response_style",
-                )?,
-                crisis_level: crisis_level_u8(self.crisis_level, T, "crisis_level")?,
-                at: opt_ts(self.at, T, "at")?,
-            },
-        })
-    }
-}
-
-const TRANSCRIPT_COLUMNS: &str = "idx, role, content, route, response_style, crisis_level, at";
-
-async fn upsert_session(conn: &mut SqliteConnection, s: &ActiveSession) -> StoreResult<()> {
-    let buffer = serde_json::to_string(&s.session_buffer)
-        .map_err(|_| StoreError::Invalid("session buffer is not JSON"))?;
-    sqlx::query(
-        "INSERT INTO active_sessions (thread_id, started_at, last_active_at, transcript_start_index, \
-         max_crisis_level, session_buffer, rotate_after_this_turn, finalize_required_reason) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (thread_id) DO UPDATE SET started_at = excluded.started_at, \
-         last_active_at = excluded.last_active_at, transcript_start_index = excluded.transcript_start_index, \
-         max_crisis_level = excluded.max_crisis_level, session_buffer = excluded.session_buffer, \
-         rotate_after_this_turn = excluded.rotate_after_this_turn, \
-         finalize_required_reason = excluded.finalize_required_reason",
-    )
-    .bind(&s.thread_id)
-    .bind(fmt_ts(s.started_at))
-    .bind(s.last_active_at.map(fmt_ts))
-    .bind(to_i64(s.transcript_start_index)?)
-    .bind(i64::from(s.max_crisis_level.min(3)))
-    .bind(buffer)
-    .bind(s.rotate_after_this_turn)
-    .bind(&s.finalize_required_reason)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-fn session_from_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ActiveSession> {
-    const T: &str = "active_sessions";
-    let started: String = row.try_get("started_at")?;
-    let last: Option<String> = row.try_get("last_active_at")?;
-    let buffer_raw: String = row.try_get("session_buffer")?;
-    let mut reason: Option<String> = row.try_get("finalize_required_reason")?;
-    let session_buffer = match serde_json::from_str::<Value>(&buffer_raw) {
-        Ok(v) => v,
-        Err(_) => {
-            reason = Some(REASON_UNREADABLE_PAYLOAD.to_owned());
-            Value::Null
-        }
-    };
-    let level: i64 = row.try_get("max_crisis_level")?;
-    Ok(ActiveSession {
-        thread_id: row.try_get("thread_id")?,
-        started_at: req_ts(&started, T, "started_at")?,
-        last_active_at: parse_timestamp(last.as_deref()),
-        transcript_start_index: to_u64(
-            row.try_get("transcript_start_index")?,
-            T,
-            "transcript_start_index",
-        )?,
-        max_crisis_level: crisis_level_u8(Some(level), T, "max_crisis_level")?.unwrap_or(0),
-        session_buffer,
-        rotate_after_this_turn: row.try_get("rotate_after_this_turn")?,
-        finalize_required_reason: reason,
-    })
-}
-
-/// The thread listing query: parameters are the owner (when `by_owner`),
-/// the cursor's time twice and its thread id (when `after`), then the row
-/// limit. Served by `thread_state_owner_updated_idx` (one owner) or
-/// `thread_state_updated_id_idx` (every owner).
-fn thread_page_sql(by_owner: bool, after: bool) -> String {
-    format!(
-        "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state WHERE {}{} \
-         ORDER BY updated_at DESC, thread_id ASC LIMIT ?",
-        if by_owner { "owner_id = ?" } else { "1 = 1" },
-        if after {
-            " AND updated_at <= ? AND (updated_at < ? OR thread_id > ?)"
-        } else {
-            ""
-        },
-    )
-}
-
-#[async_trait]
-impl ThreadStore for SqliteStores {
-    async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
-        let mut conn = self.pool.acquire().await?;
-        let Some(raw): Option<String> =
-            sqlx::query_scalar("SELECT value FROM thread_state WHERE thread_id = $1")
-                .bind(thread_id)
-                .fetch_optional(&mut *conn)
-                .await?
-        else {
-            return Ok(None);
-        };
-        let state = decode_state_str(&raw)?;
-        // Only rows the snapshot already counts: a commit landing between the
-        // two reads appends at `idx >= message_count`, so the window always
-        // matches the snapshot without a transaction.
-        let rows: Vec<TranscriptRow> = sqlx::query_as(&format!(
-            "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $3 \
-             ORDER BY idx DESC LIMIT $2"
-        ))
-        .bind(thread_id)
-        .bind(i64::try_from(recent).unwrap_or(i64::MAX))
-        .bind(to_i64(state.message_count)?)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut recent = rows
-            .into_iter()
-            .map(TranscriptRow::into_entry)
-            .collect::<StoreResult<Vec<_>>>()?;
-        recent.reverse();
-        Ok(Some(ThreadSnapshot { state, recent }))
-    }
-
-    async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome> {
-        let TurnCommit {
-            mut state,
-            append,
-            session,
-            at,
-        } = commit;
-        if let SessionWrite::Upsert(s) = &session
-            && s.thread_id != state.thread_id
-        {
-            return Err(StoreError::Invalid("session row belongs to another thread"));
-        }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let next: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(idx) + 1, 0) FROM transcript WHERE thread_id = $1",
-        )
-        .bind(&state.thread_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        for (offset, m) in append.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO transcript (thread_id, idx, role, content, route, response_style, crisis_level, at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(&state.thread_id)
-            .bind(next + offset as i64)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(m.route.map(|r| r.as_str()))
-            .bind(m.response_style.map(|r| r.as_str()))
-            .bind(m.crisis_level.map(i64::from))
-            .bind(m.at.map(fmt_ts))
-            .execute(&mut *tx)
-            .await?;
-        }
-        let first_index = to_u64(next, "transcript", "idx")?;
-        let message_count = first_index + append.len() as u64;
-        state.message_count = message_count;
-        let snapshot = encode_state_string(&state)?;
-        sqlx::query(
-            "INSERT INTO thread_state (thread_id, updated_at, turn_count, message_count, value) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, \
-             turn_count = excluded.turn_count, message_count = excluded.message_count, value = excluded.value",
-        )
-        .bind(&state.thread_id)
-        .bind(fmt_ts(at))
-        .bind(to_i64(state.turn_count)?)
-        .bind(to_i64(message_count)?)
-        .bind(snapshot)
-        .execute(&mut *tx)
-        .await?;
-        match &session {
-            SessionWrite::Keep => {}
-            SessionWrite::Upsert(s) => upsert_session(&mut tx, s).await?,
-            SessionWrite::Clear => {
-                sqlx::query("DELETE FROM active_sessions WHERE thread_id = $1")
-                    .bind(&state.thread_id)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(CommitOutcome {
-            first_index,
-            message_count,
-        })
-    }
-
-    async fn history(
-        &self,
-        thread_id: &str,
-        limit: usize,
-        before: Option<u64>,
-    ) -> StoreResult<Vec<TranscriptEntry>> {
-        let before = before.map_or(Ok(i64::MAX), to_i64)?;
-        let rows: Vec<TranscriptRow> = sqlx::query_as(&format!(
-            "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $2 ORDER BY idx DESC LIMIT $3"
-        ))
-        .bind(thread_id)
-        .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await?;
-        let mut out = rows
-            .into_iter()
-            .map(TranscriptRow::into_entry)
-            .collect::<StoreResult<Vec<_>>>()?;
-        out.reverse();
-        Ok(out)
-    }
-
-    async fn list_threads_page(
-        &self,
-        owner: Option<&str>,
-        limit: usize,
-        after: Option<&ThreadCursor>,
-    ) -> StoreResult<ThreadPage> {
-        const T: &str = "thread_state";
-        if limit == 0 {
-            return Err(StoreError::Invalid("limit must be at least 1"));
-        }
-        let sql = thread_page_sql(owner.is_some(), after.is_some());
-        let mut query = sqlx::query(&sql);
-        if let Some(owner) = owner {
-            query = query.bind(owner);
-        }
-        if let Some(c) = after {
-            let at = fmt_ts(c.updated_at);
-            query = query.bind(at.clone()).bind(at).bind(&c.thread_id);
-        }
-        let rows = query
-            .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
-        let rows = rows
-            .iter()
-            .map(|r| {
-                let updated: String = r.try_get("updated_at")?;
-                Ok(ThreadSummary {
-                    thread_id: r.try_get("thread_id")?,
-                    turn_count: to_u64(r.try_get("turn_count")?, T, "turn_count")?,
-                    message_count: to_u64(r.try_get("message_count")?, T, "message_count")?,
-                    updated_at: req_ts(&updated, T, "updated_at")?,
-                })
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
-        Ok(ThreadPage::from_rows(rows, limit))
-    }
-
-    async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM transcript WHERE thread_id = $1")
-            .bind(thread_id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM active_sessions WHERE thread_id = $1")
-            .bind(thread_id)
-            .execute(&mut *tx)
-            .await?;
-        let gone = sqlx::query("DELETE FROM thread_state WHERE thread_id = $1")
-            .bind(thread_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(gone.rows_affected() > 0)
-    }
-}
-
-#[async_trait]
-impl SessionStore for SqliteStores {
-    async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
-        let row = sqlx::query("SELECT * FROM active_sessions WHERE thread_id = $1")
-            .bind(thread_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(session_from_row).transpose()
-    }
-
-    async fn put(&self, session: &ActiveSession) -> StoreResult<()> {
-        let mut conn = self.pool.acquire().await?;
-        upsert_session(&mut conn, session).await
-    }
-
-    async fn mark_finalize_required(&self, thread_id: &str, reason: &str) -> StoreResult<bool> {
-        let r = sqlx::query(
-            "UPDATE active_sessions SET finalize_required_reason = $2 WHERE thread_id = $1",
-        )
-        .bind(thread_id)
-        .bind(reason)
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected() > 0)
-    }
-
-    async fn clear(&self, thread_id: &str) -> StoreResult<bool> {
-        let r = sqlx::query("DELETE FROM active_sessions WHERE thread_id = $1")
-            .bind(thread_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected() > 0)
-    }
-
-    async fn list(&self) -> StoreResult<Vec<ActiveSession>> {
-        let rows = sqlx::query("SELECT * FROM active_sessions ORDER BY thread_id")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(session_from_row).collect()
-    }
-}
-
-fn memory_from_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<MemoryRecord> {
-    const T: &str = "memory_records";
-    let kind: String = row.try_get("namespace_kind")?;
-    let value: String = row.try_get("value")?;
-    let created: String = row.try_get("created_at")?;
-    let blob: Option<Vec<u8>> = row.try_get("embedding")?;
-    let dim: Option<i64> = row.try_get("embedding_dim")?;
-    let model: Option<String> = row.try_get("embedding_model")?;
-    let embedding = match (blob, model) {
-        (Some(bytes), Some(model)) => {
-            let values =
-                embedding_from_le_bytes(&bytes).ok_or(StoreError::corrupt(T, "embedding"))?;
-            if dim != Some(values.len() as i64) {
-                return Err(StoreError::corrupt(T, "embedding_dim"));
-            }
-            Some(Embedding { model, values })
-        }
-        _ => None,
-    };
-    Ok(MemoryRecord {
-        id: row.try_get("id")?,
-        owner_id: row.try_get("owner_id")?,
-        kind: parse_enum(&kind, T, "namespace_kind")?,
-        category: row.try_get("category")?,
-        value: serde_json::from_str(&value).map_err(|_| StoreError::corrupt(T, "value"))?,
-        created_at: req_ts(&created, T, "created_at")?,
-        last_referenced_at: opt_ts(row.try_get("last_referenced_at")?, T, "last_referenced_at")?,
-        dormant_at: opt_ts(row.try_get("dormant_at")?, T, "dormant_at")?,
-        user_visible: row.try_get("user_visible")?,
-        embedding,
+/// Binds one argument in its SQLite form: timestamps as fixed-width text,
+/// days as `YYYY-MM-DD`, JSON as text, levels as `INTEGER`, embeddings as a
+/// little-endian f32 BLOB.
+fn bind<'q>(q: SqliteQuery<'q>, arg: Arg<'q>) -> StoreResult<SqliteQuery<'q>> {
+    Ok(match arg {
+        Arg::Text(v) => q.bind(v),
+        Arg::Int(v) | Arg::Int4(v, _) => q.bind(v),
+        Arg::Bool(v) => q.bind(v),
+        Arg::Ts(v) => q.bind(v.map(fmt_ts)),
+        Arg::Date(v) => q.bind(v.to_string()),
+        Arg::Level(v) => q.bind(v.map(i64::from)),
+        Arg::Json(v) => q.bind(json_text(v)?),
+        Arg::Floats(v) => q.bind(v.map(embedding_to_le_bytes)),
+        Arg::OwnedText(v) => q.bind(v),
+        Arg::OwnedJson(v) => q.bind(json_text(&v)?),
     })
 }
 
@@ -652,285 +263,120 @@ fn json_text(v: &Value) -> StoreResult<String> {
     serde_json::to_string(v).map_err(|_| StoreError::Invalid("value is not JSON"))
 }
 
-#[async_trait]
-impl MemoryStore for SqliteStores {
-    async fn put(&self, r: &MemoryRecord) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO memory_records (id, owner_id, namespace_kind, category, value, created_at, \
-             last_referenced_at, dormant_at, user_visible, embedding, embedding_dim, embedding_model) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(&r.id)
-        .bind(&r.owner_id)
-        .bind(r.kind.as_str())
-        .bind(&r.category)
-        .bind(json_text(&r.value)?)
-        .bind(fmt_ts(r.created_at))
-        .bind(r.last_referenced_at.map(fmt_ts))
-        .bind(r.dormant_at.map(fmt_ts))
-        .bind(r.user_visible)
-        .bind(r.embedding.as_ref().map(|e| embedding_to_le_bytes(&e.values)))
-        .bind(r.embedding.as_ref().map(|e| e.dim() as i64))
-        .bind(r.embedding.as_ref().map(|e| e.model.as_str()))
-        .execute(&self.pool)
-        .await
-        .map_err(|e| conflict(e, "memory record"))?;
-        Ok(())
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
+
+/// The statement with its arguments bound.
+fn prepare<'q>(sql: &'q str, args: Vec<Arg<'q>>) -> StoreResult<SqliteQuery<'q>> {
+    args.into_iter().try_fold(sqlx::query(sql), bind)
+}
+
+impl SqlBackend for SqliteStores {
+    type DB = Sqlite;
+    type Row = SqliteRow;
+
+    const BYTE_ORDER: &'static str = "";
+
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
     }
 
-    async fn get(
-        &self,
-        owner_id: &str,
-        kind: MemoryKind,
-        id: &str,
-    ) -> StoreResult<Option<MemoryRecord>> {
-        let row = sqlx::query(
-            "SELECT * FROM memory_records WHERE owner_id = $1 AND namespace_kind = $2 AND id = $3",
-        )
-        .bind(owner_id)
-        .bind(kind.as_str())
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(memory_from_row).transpose()
+    async fn execute_in<'c>(conn: &'c mut SqliteConnection, stmt: Stmt<'c>) -> StoreResult<u64> {
+        let (sql, args) = stmt.into_parts();
+        let done = prepare(&sql, args)?.execute(conn).await?;
+        Ok(done.rows_affected())
     }
 
-    async fn list(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<Vec<MemoryRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM memory_records WHERE owner_id = $1 AND namespace_kind = $2 ORDER BY insertion_order",
-        )
-        .bind(owner_id)
-        .bind(kind.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(memory_from_row).collect()
+    async fn fetch_all_in<'c>(
+        conn: &'c mut SqliteConnection,
+        stmt: Stmt<'c>,
+    ) -> StoreResult<Vec<SqliteRow>> {
+        let (sql, args) = stmt.into_parts();
+        Ok(prepare(&sql, args)?.fetch_all(conn).await?)
     }
 
-    async fn update(&self, r: &MemoryRecord) -> StoreResult<bool> {
-        let res = sqlx::query(
-            "UPDATE memory_records SET category = $4, value = $5, created_at = $6, last_referenced_at = $7, \
-             dormant_at = $8, user_visible = $9, embedding = $10, embedding_dim = $11, embedding_model = $12 \
-             WHERE id = $1 AND owner_id = $2 AND namespace_kind = $3",
-        )
-        .bind(&r.id)
-        .bind(&r.owner_id)
-        .bind(r.kind.as_str())
-        .bind(&r.category)
-        .bind(json_text(&r.value)?)
-        .bind(fmt_ts(r.created_at))
-        .bind(r.last_referenced_at.map(fmt_ts))
-        .bind(r.dormant_at.map(fmt_ts))
-        .bind(r.user_visible)
-        .bind(r.embedding.as_ref().map(|e| embedding_to_le_bytes(&e.values)))
-        .bind(r.embedding.as_ref().map(|e| e.dim() as i64))
-        .bind(r.embedding.as_ref().map(|e| e.model.as_str()))
-        .execute(&self.pool)
-        .await?;
-        Ok(res.rows_affected() > 0)
+    async fn fetch_optional_in<'c>(
+        conn: &'c mut SqliteConnection,
+        stmt: Stmt<'c>,
+    ) -> StoreResult<Option<SqliteRow>> {
+        let (sql, args) = stmt.into_parts();
+        Ok(prepare(&sql, args)?.fetch_optional(conn).await?)
     }
 
-    async fn delete(&self, owner_id: &str, kind: MemoryKind, id: &str) -> StoreResult<bool> {
-        let res = sqlx::query(
-            "DELETE FROM memory_records WHERE owner_id = $1 AND namespace_kind = $2 AND id = $3",
-        )
-        .bind(owner_id)
-        .bind(kind.as_str())
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        Ok(res.rows_affected() > 0)
+    fn document<T: Serialize>(value: &T, what: &'static str) -> StoreResult<Arg<'static>> {
+        serde_json::to_string(value)
+            .map(Arg::OwnedText)
+            .map_err(|_| StoreError::Invalid(what))
     }
 
-    async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM memory_records WHERE owner_id = $1 AND namespace_kind = $2",
-        )
-        .bind(owner_id)
-        .bind(kind.as_str())
-        .fetch_one(&self.pool)
-        .await?;
-        to_u64(n, "memory_records", "count")
-    }
-
-    async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
-        let n: Option<i64> = sqlx::query_scalar(
-            "SELECT revision FROM memory_revisions WHERE owner_id = $1 AND namespace_kind = $2",
-        )
-        .bind(owner_id)
-        .bind(kind.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        to_u64(n.unwrap_or(0), "memory_revisions", "revision")
+    /// `BEGIN IMMEDIATE`: concurrent writers queue on the busy timeout
+    /// instead of failing on a lock upgrade.
+    async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 
-#[async_trait]
-impl CrisisLog for SqliteStores {
-    async fn append(&self, record: &CrisisRecord) -> StoreResult<bool> {
-        let r = record.clone().normalized();
-        let value = serde_json::to_string(&r)
-            .map_err(|_| StoreError::Invalid("crisis record is not JSON"))?;
-        let res = sqlx::query(
-            "INSERT INTO crisis_log (id, event_type, session_id_opaque, user_id_or_null, detected_at, detected_date, \
-             level, response_path, retention_extended_until, value) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&r.id)
-        .bind(r.event_type.as_str())
-        .bind(&r.session_id_opaque)
-        .bind(&r.user_id_or_null)
-        .bind(fmt_ts(r.detected_at))
-        .bind(r.detected_at.date_naive().to_string())
-        .bind(i64::from(r.level.get()))
-        .bind(r.response_path.as_str())
-        .bind(r.retention_extended_until.map(fmt_ts))
-        .bind(value)
-        .execute(&self.pool)
-        .await?;
-        Ok(res.rows_affected() > 0)
+/// Columns in their SQLite form (see [`bind`]).
+impl SqlRow for SqliteRow {
+    fn text(&self, col: &str) -> StoreResult<String> {
+        Ok(self.try_get(col)?)
     }
 
-    async fn daily_counts(&self, since: NaiveDate) -> StoreResult<Vec<DailyCrisisCount>> {
-        const T: &str = "crisis_log";
-        let rows = sqlx::query(
-            "SELECT detected_date, level, response_path, COUNT(*) AS n FROM crisis_log WHERE detected_date >= $1 \
-             GROUP BY detected_date, level, response_path ORDER BY detected_date, level, response_path",
-        )
-        .bind(since.to_string())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let day: String = r.try_get("detected_date")?;
-                let path: String = r.try_get("response_path")?;
-                let level: i64 = r.try_get("level")?;
-                Ok(DailyCrisisCount {
-                    day: NaiveDate::from_str(&day)
-                        .map_err(|_| StoreError::corrupt(T, "detected_date"))?,
-                    level: crisis_level_u8(Some(level), T, "level")?.unwrap_or(0),
-                    response_path: parse_enum::<ResponsePath>(&path, T, "response_path")?,
-                    count: to_u64(r.try_get("n")?, T, "count")?,
-                })
-            })
-            .collect()
+    fn opt_text(&self, col: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get(col)?)
     }
 
-    async fn purge_before(&self, cutoff: DateTime<Utc>, now: DateTime<Utc>) -> StoreResult<u64> {
-        let res = sqlx::query(
-            "DELETE FROM crisis_log WHERE detected_at < $1 \
-             AND (retention_extended_until IS NULL OR retention_extended_until <= $2)",
-        )
-        .bind(fmt_ts(cutoff))
-        .bind(fmt_ts(now))
-        .execute(&self.pool)
-        .await?;
-        Ok(res.rows_affected())
+    fn int(&self, col: &str) -> StoreResult<i64> {
+        Ok(self.try_get(col)?)
     }
 
-    async fn count(&self) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM crisis_log")
-            .fetch_one(&self.pool)
-            .await?;
-        to_u64(n, "crisis_log", "count")
+    fn opt_int4(&self, col: &str) -> StoreResult<Option<i64>> {
+        Ok(self.try_get(col)?)
     }
 
-    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<CrisisRecord>> {
-        let rows: Vec<String> = sqlx::query_scalar(
-            "SELECT value FROM crisis_log WHERE session_id_opaque = $1 ORDER BY insertion_order",
-        )
-        .bind(session_id_opaque)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|v| {
-                serde_json::from_str(v).map_err(|_| StoreError::corrupt("crisis_log", "value"))
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl FeedbackStore for SqliteStores {
-    async fn append(&self, r: &FeedbackRecord) -> StoreResult<()> {
-        let value = serde_json::to_string(r)
-            .map_err(|_| StoreError::Invalid("feedback record is not JSON"))?;
-        sqlx::query(
-            "INSERT INTO session_feedback (id, session_id_opaque, user_id_or_null, recorded_at, recorded_date, label, \
-             turn_count_at_end, source, schema_version, value) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(&r.id)
-        .bind(&r.session_id_opaque)
-        .bind(&r.user_id_or_null)
-        .bind(fmt_ts(r.recorded_at))
-        .bind(r.recorded_at.date_naive().to_string())
-        .bind(r.label.as_str())
-        .bind(to_i64(r.turn_count_at_end)?)
-        .bind(r.source.as_str())
-        .bind(i64::from(r.schema_version))
-        .bind(value)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| conflict(e, "feedback record"))?;
-        Ok(())
+    fn flag(&self, col: &str) -> StoreResult<bool> {
+        Ok(self.try_get(col)?)
     }
 
-    async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<FeedbackRecord>> {
-        let rows: Vec<String> = sqlx::query_scalar(
-            "SELECT value FROM session_feedback WHERE session_id_opaque = $1 ORDER BY insertion_order",
-        )
-        .bind(session_id_opaque)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|v| {
-                serde_json::from_str(v)
-                    .map_err(|_| StoreError::corrupt("session_feedback", "value"))
-            })
-            .collect()
+    fn level(&self, table: &'static str, col: &'static str) -> StoreResult<Option<u8>> {
+        crisis_level_u8(self.try_get(col)?, table, col)
     }
 
-    async fn count(&self) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM session_feedback")
-            .fetch_one(&self.pool)
-            .await?;
-        to_u64(n, "session_feedback", "count")
-    }
-}
-
-#[async_trait]
-impl VoiceFinalizationStore for SqliteStores {
-    async fn set(&self, s: &VoiceFinalization) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO voice_finalization_status (thread_id, status, detail, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (thread_id) DO UPDATE SET status = excluded.status, detail = excluded.detail, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(&s.thread_id)
-        .bind(s.status.as_str())
-        .bind(&s.detail)
-        .bind(fmt_ts(s.updated_at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    fn ts(&self, table: &'static str, col: &'static str) -> StoreResult<DateTime<Utc>> {
+        req_ts(&self.try_get::<String, _>(col)?, table, col)
     }
 
-    async fn get(&self, thread_id: &str) -> StoreResult<Option<VoiceFinalization>> {
-        const T: &str = "voice_finalization_status";
-        let row = sqlx::query("SELECT * FROM voice_finalization_status WHERE thread_id = $1")
-            .bind(thread_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| {
-            let status: String = r.try_get("status")?;
-            let updated: String = r.try_get("updated_at")?;
-            Ok(VoiceFinalization {
-                thread_id: r.try_get("thread_id")?,
-                status: parse_enum::<VoiceFinalizationState>(&status, T, "status")?,
-                detail: r.try_get("detail")?,
-                updated_at: req_ts(&updated, T, "updated_at")?,
-            })
-        })
-        .transpose()
+    fn opt_ts(&self, table: &'static str, col: &'static str) -> StoreResult<Option<DateTime<Utc>>> {
+        opt_ts(self.try_get(col)?, table, col)
+    }
+
+    fn lenient_ts(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        let raw: Option<String> = self.try_get(col)?;
+        Ok(parse_timestamp(raw.as_deref()))
+    }
+
+    fn date(&self, table: &'static str, col: &'static str) -> StoreResult<NaiveDate> {
+        let raw: String = self.try_get(col)?;
+        NaiveDate::from_str(&raw).map_err(|_| StoreError::corrupt(table, col))
+    }
+
+    fn json<T: DeserializeOwned>(&self, table: &'static str, col: &'static str) -> StoreResult<T> {
+        let raw: String = self.try_get(col)?;
+        serde_json::from_str(&raw).map_err(|_| StoreError::corrupt(table, col))
+    }
+
+    fn lenient_json(&self, col: &str) -> StoreResult<Option<Value>> {
+        let raw: String = self.try_get(col)?;
+        Ok(serde_json::from_str(&raw).ok())
+    }
+
+    fn state(&self, col: &str) -> StoreResult<ThreadState> {
+        Ok(decode_state_str(&self.try_get::<String, _>(col)?)?)
+    }
+
+    fn floats(&self, table: &'static str, col: &'static str) -> StoreResult<Option<Vec<f32>>> {
+        let blob: Option<Vec<u8>> = self.try_get(col)?;
+        blob.map(|b| embedding_from_le_bytes(&b).ok_or(StoreError::corrupt(table, col)))
+            .transpose()
     }
 }
 
@@ -938,6 +384,8 @@ impl VoiceFinalizationStore for SqliteStores {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::records::SessionWrite;
+    use crate::sql::threads::thread_page_sql;
 
     /// Every shape of the thread listing is an index search with no sort
     /// step, so one owner's page costs the same whatever others store.
@@ -953,16 +401,16 @@ mod tests {
             (false, false, "thread_state_updated_id_idx"),
             (false, true, "thread_state_updated_id_idx"),
         ] {
-            let sql = format!("EXPLAIN QUERY PLAN {}", thread_page_sql(by_owner, after));
+            let sql = format!(
+                "EXPLAIN QUERY PLAN {}",
+                thread_page_sql(SqliteStores::BYTE_ORDER, by_owner, after)
+            );
             let mut query = sqlx::query(&sql);
             if by_owner {
                 query = query.bind("alice");
             }
             if after {
-                query = query
-                    .bind("2026-01-01T00:00:00.000000Z")
-                    .bind("2026-01-01T00:00:00.000000Z")
-                    .bind("alice:t");
+                query = query.bind("2026-01-01T00:00:00.000000Z").bind("alice:t");
             }
             let rows = query.bind(21_i64).fetch_all(db.pool()).await.unwrap();
             let plan: Vec<String> = rows

@@ -1,5 +1,5 @@
 //! API users (`opencouch users`, `opencouch serve`): the [`UserStore`]
-//! implementations of the three backends.
+//! implementations, in memory and (once for SQLite and PostgreSQL) in SQL.
 //!
 //! Only the SHA-256 of a bearer token is stored (64 lowercase hex
 //! characters, checked here so a raw token can never be written by
@@ -9,13 +9,11 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
 use crate::error::{StoreError, StoreResult};
 use crate::memory::MemoryBackend;
-use crate::postgres::PgStores;
 use crate::records::ApiUser;
-use crate::sqlite::{SqliteStores, conflict, fmt_ts};
+use crate::sql::{SqlBackend, SqlRow, Stmt, conflict};
 use crate::traits::UserStore;
 
 /// The longest user name a store accepts.
@@ -89,141 +87,65 @@ impl UserStore for MemoryBackend {
     }
 }
 
-fn sqlite_user(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ApiUser> {
-    const T: &str = "api_users";
-    let created: String = row.try_get("created_at")?;
-    let revoked: Option<String> = row.try_get("revoked_at")?;
-    let ts = |raw: &str, column| {
-        crate::session::parse_timestamp(Some(raw)).ok_or(StoreError::corrupt(T, column))
-    };
-    Ok(ApiUser {
-        name: row.try_get("name")?,
-        token_sha256: row.try_get("token_sha256")?,
-        created_at: ts(&created, "created_at")?,
-        revoked_at: revoked.map(|r| ts(&r, "revoked_at")).transpose()?,
-    })
-}
-
 const USER_COLUMNS: &str = "name, token_sha256, created_at, revoked_at";
 
-#[async_trait]
-impl UserStore for SqliteStores {
-    async fn add_user(&self, user: &ApiUser) -> StoreResult<()> {
-        check(user)?;
-        sqlx::query(
-            "INSERT INTO api_users (name, token_sha256, created_at, revoked_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&user.name)
-        .bind(&user.token_sha256)
-        .bind(fmt_ts(user.created_at))
-        .bind(user.revoked_at.map(fmt_ts))
-        .execute(self.pool())
-        .await
-        .map_err(|e| conflict(e, "api user"))?;
-        Ok(())
-    }
-
-    async fn list_users(&self) -> StoreResult<Vec<ApiUser>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {USER_COLUMNS} FROM api_users ORDER BY insertion_order"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(sqlite_user).collect()
-    }
-
-    async fn revoke_user(&self, name: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        let r = sqlx::query(
-            "UPDATE api_users SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
-        )
-        .bind(name)
-        .bind(fmt_ts(at))
-        .execute(self.pool())
-        .await?;
-        Ok(r.rows_affected() > 0)
-    }
-
-    async fn active_user_by_token(&self, token_sha256: &str) -> StoreResult<Option<ApiUser>> {
-        let row = sqlx::query(&format!(
-            "SELECT {USER_COLUMNS} FROM api_users WHERE token_sha256 = $1 AND revoked_at IS NULL"
-        ))
-        .bind(token_sha256)
-        .fetch_optional(self.pool())
-        .await?;
-        row.as_ref().map(sqlite_user).transpose()
-    }
-
-    async fn has_active_users(&self) -> StoreResult<bool> {
-        let any: i64 =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_users WHERE revoked_at IS NULL)")
-                .fetch_one(self.pool())
-                .await?;
-        Ok(any != 0)
-    }
-}
-
-fn pg_user(row: &sqlx::postgres::PgRow) -> StoreResult<ApiUser> {
+fn user_from_row(row: &impl SqlRow) -> StoreResult<ApiUser> {
+    const T: &str = "api_users";
     Ok(ApiUser {
-        name: row.try_get("name")?,
-        token_sha256: row.try_get("token_sha256")?,
-        created_at: row.try_get("created_at")?,
-        revoked_at: row.try_get("revoked_at")?,
+        name: row.text("name")?,
+        token_sha256: row.text("token_sha256")?,
+        created_at: row.ts(T, "created_at")?,
+        revoked_at: row.opt_ts(T, "revoked_at")?,
     })
 }
 
 #[async_trait]
-impl UserStore for PgStores {
+impl<B: SqlBackend> UserStore for B {
     async fn add_user(&self, user: &ApiUser) -> StoreResult<()> {
         check(user)?;
-        sqlx::query(
+        let stmt = Stmt::new(
             "INSERT INTO api_users (name, token_sha256, created_at, revoked_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(&user.name)
         .bind(&user.token_sha256)
         .bind(user.created_at)
-        .bind(user.revoked_at)
-        .execute(self.pool())
-        .await
-        .map_err(|e| conflict(e, "api user"))?;
+        .bind(user.revoked_at);
+        self.execute(stmt)
+            .await
+            .map_err(|e| conflict(e, "api user"))?;
         Ok(())
     }
 
     async fn list_users(&self) -> StoreResult<Vec<ApiUser>> {
-        let rows = sqlx::query(&format!(
+        let stmt = Stmt::new(format!(
             "SELECT {USER_COLUMNS} FROM api_users ORDER BY insertion_order"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(pg_user).collect()
+        ));
+        let rows = self.fetch_all(stmt).await?;
+        rows.iter().map(user_from_row).collect()
     }
 
     async fn revoke_user(&self, name: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        let r = sqlx::query(
+        let stmt = Stmt::new(
             "UPDATE api_users SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
         )
         .bind(name)
-        .bind(at)
-        .execute(self.pool())
-        .await?;
-        Ok(r.rows_affected() > 0)
+        .bind(at);
+        Ok(self.execute(stmt).await? > 0)
     }
 
     async fn active_user_by_token(&self, token_sha256: &str) -> StoreResult<Option<ApiUser>> {
-        let row = sqlx::query(&format!(
+        let stmt = Stmt::new(format!(
             "SELECT {USER_COLUMNS} FROM api_users WHERE token_sha256 = $1 AND revoked_at IS NULL"
         ))
-        .bind(token_sha256)
-        .fetch_optional(self.pool())
-        .await?;
-        row.as_ref().map(pg_user).transpose()
+        .bind(token_sha256);
+        let row = self.fetch_optional(stmt).await?;
+        row.as_ref().map(user_from_row).transpose()
     }
 
     async fn has_active_users(&self) -> StoreResult<bool> {
-        let any: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_users WHERE revoked_at IS NULL)")
-                .fetch_one(self.pool())
-                .await?;
-        Ok(any)
+        let stmt =
+            Stmt::new("SELECT EXISTS (SELECT 1 FROM api_users WHERE revoked_at IS NULL) AS active");
+        self.fetch_one(stmt).await?.flag("active")
     }
 }
 

@@ -1,0 +1,306 @@
+//! Threads and sessions on SQL: the [`ThreadStore`] and [`SessionStore`]
+//! implementations for every [`SqlBackend`] (snapshots, transcript rows,
+//! thread listing, active-session rows).
+
+use async_trait::async_trait;
+use opencouch_core::{Message, ResponseStyle, Role, Route};
+use serde_json::Value;
+
+use super::{Arg, Conn, SqlBackend, SqlRow, Stmt, opt_enum, parse_enum, to_i64, to_limit, to_u64};
+use crate::codec::encode_state;
+use crate::error::{StoreError, StoreResult};
+use crate::records::{
+    CommitOutcome, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
+    TranscriptEntry, TurnCommit,
+};
+use crate::session::{ActiveSession, REASON_UNREADABLE_PAYLOAD};
+use crate::traits::{SessionStore, ThreadStore};
+
+const TRANSCRIPT_COLUMNS: &str = "idx, role, content, route, response_style, crisis_level, at";
+
+fn transcript_entry(row: &impl SqlRow) -> StoreResult<TranscriptEntry> {
+    const T: &str = "transcript";
+    Ok(TranscriptEntry {
+        index: to_u64(row.int("idx")?, T, "idx")?,
+        message: Message {
+            role: parse_enum::<Role>(&row.text("role")?, T, "role")?,
+            content: row.text("content")?,
+            route: opt_enum::<Route>(row.opt_text("route")?, T, "route")?,
+            response_style: opt_enum::<ResponseStyle>(
+                row.opt_text("response_style")?,
+                T,
+                "response_style",
+            )?,
+            crisis_level: row.level(T, "crisis_level")?,
+            at: row.opt_ts(T, "at")?,
+        },
+    })
+}
+
+/// Transcript rows read newest first, returned oldest first.
+fn oldest_first(rows: Vec<impl SqlRow>) -> StoreResult<Vec<TranscriptEntry>> {
+    let mut out = rows
+        .iter()
+        .map(transcript_entry)
+        .collect::<StoreResult<Vec<_>>>()?;
+    out.reverse();
+    Ok(out)
+}
+
+async fn upsert_session<B: SqlBackend>(conn: &mut Conn<B>, s: &ActiveSession) -> StoreResult<()> {
+    let stmt = Stmt::new(
+        "INSERT INTO active_sessions (thread_id, started_at, last_active_at, transcript_start_index, \
+         max_crisis_level, session_buffer, rotate_after_this_turn, finalize_required_reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (thread_id) DO UPDATE SET started_at = excluded.started_at, \
+         last_active_at = excluded.last_active_at, transcript_start_index = excluded.transcript_start_index, \
+         max_crisis_level = excluded.max_crisis_level, session_buffer = excluded.session_buffer, \
+         rotate_after_this_turn = excluded.rotate_after_this_turn, \
+         finalize_required_reason = excluded.finalize_required_reason",
+    )
+    .bind(&s.thread_id)
+    .bind(s.started_at)
+    .bind(s.last_active_at)
+    .bind(to_i64(s.transcript_start_index)?)
+    .bind(Arg::Level(Some(s.max_crisis_level.min(3))))
+    .bind(&s.session_buffer)
+    .bind(s.rotate_after_this_turn)
+    .bind(&s.finalize_required_reason);
+    B::execute_in(conn, stmt).await?;
+    Ok(())
+}
+
+fn session_from_row(row: &impl SqlRow) -> StoreResult<ActiveSession> {
+    const T: &str = "active_sessions";
+    let mut reason = row.opt_text("finalize_required_reason")?;
+    let session_buffer = match row.lenient_json("session_buffer")? {
+        Some(v) => v,
+        None => {
+            reason = Some(REASON_UNREADABLE_PAYLOAD.to_owned());
+            Value::Null
+        }
+    };
+    Ok(ActiveSession {
+        thread_id: row.text("thread_id")?,
+        started_at: row.ts(T, "started_at")?,
+        last_active_at: row.lenient_ts("last_active_at")?,
+        transcript_start_index: to_u64(
+            row.int("transcript_start_index")?,
+            T,
+            "transcript_start_index",
+        )?,
+        max_crisis_level: row.level(T, "max_crisis_level")?.unwrap_or(0),
+        session_buffer,
+        rotate_after_this_turn: row.flag("rotate_after_this_turn")?,
+        finalize_required_reason: reason,
+    })
+}
+
+/// The thread listing query: parameters are the owner (when `by_owner`),
+/// the cursor's time and thread id (when `after`), then the row limit.
+/// Thread ids compare in byte order (`byte_order` is the backend's
+/// [`SqlBackend::BYTE_ORDER`]), as in the indexes
+/// `thread_state_owner_updated_idx` (one owner) and
+/// `thread_state_updated_id_idx` (every owner), so either serves a page
+/// without a sort.
+pub(crate) fn thread_page_sql(byte_order: &str, by_owner: bool, after: bool) -> String {
+    let mut n = 0;
+    let mut param = || {
+        n += 1;
+        format!("${n}")
+    };
+    let mut filter = vec!["TRUE".to_owned()];
+    if by_owner {
+        filter.push(format!("owner_id = {}", param()));
+    }
+    if after {
+        let (at, id) = (param(), param());
+        filter.push(format!(
+            "updated_at <= {at} AND (updated_at < {at} OR thread_id{byte_order} > {id})"
+        ));
+    }
+    format!(
+        "SELECT thread_id, turn_count, message_count, updated_at FROM thread_state WHERE {} \
+         ORDER BY updated_at DESC, thread_id{byte_order} ASC LIMIT {}",
+        filter.join(" AND "),
+        param(),
+    )
+}
+
+#[async_trait]
+impl<B: SqlBackend> ThreadStore for B {
+    async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
+        let mut conn = self.pool().acquire().await?;
+        let stmt = Stmt::new("SELECT value FROM thread_state WHERE thread_id = $1").bind(thread_id);
+        let Some(row) = B::fetch_optional_in(&mut conn, stmt).await? else {
+            return Ok(None);
+        };
+        let state = row.state("value")?;
+        // Only rows the snapshot already counts: a commit landing between the
+        // two reads appends at `idx >= message_count`, so the window always
+        // matches the snapshot without a transaction.
+        let stmt = Stmt::new(format!(
+            "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $3 \
+             ORDER BY idx DESC LIMIT $2"
+        ))
+        .bind(thread_id)
+        .bind(to_limit(recent))
+        .bind(to_i64(state.message_count)?);
+        let recent = oldest_first(B::fetch_all_in(&mut conn, stmt).await?)?;
+        Ok(Some(ThreadSnapshot { state, recent }))
+    }
+
+    async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome> {
+        let TurnCommit {
+            mut state,
+            append,
+            session,
+            at,
+        } = commit;
+        if let SessionWrite::Upsert(s) = &session
+            && s.thread_id != state.thread_id
+        {
+            return Err(StoreError::Invalid("session row belongs to another thread"));
+        }
+        let mut tx = self.begin_write().await?;
+        let stmt = Stmt::new(
+            "SELECT COALESCE(MAX(idx) + 1, 0) AS next_idx FROM transcript WHERE thread_id = $1",
+        )
+        .bind(&state.thread_id);
+        let next = B::fetch_one_in(&mut tx, stmt).await?.int("next_idx")?;
+        if !append.is_empty() {
+            B::insert_transcript(&mut tx, &state.thread_id, next, &append).await?;
+        }
+        let first_index = to_u64(next, "transcript", "idx")?;
+        let message_count = first_index + append.len() as u64;
+        state.message_count = message_count;
+        let snapshot = encode_state(&state)?;
+        let stmt = Stmt::new(
+            "INSERT INTO thread_state (thread_id, updated_at, turn_count, message_count, value) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at, \
+             turn_count = excluded.turn_count, message_count = excluded.message_count, value = excluded.value",
+        )
+        .bind(&state.thread_id)
+        .bind(at)
+        .bind(to_i64(state.turn_count)?)
+        .bind(to_i64(message_count)?)
+        .bind(&snapshot);
+        B::execute_in(&mut tx, stmt).await?;
+        match &session {
+            SessionWrite::Keep => {}
+            SessionWrite::Upsert(s) => upsert_session::<B>(&mut tx, s).await?,
+            SessionWrite::Clear => {
+                let stmt = Stmt::new("DELETE FROM active_sessions WHERE thread_id = $1")
+                    .bind(&state.thread_id);
+                B::execute_in(&mut tx, stmt).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(CommitOutcome {
+            first_index,
+            message_count,
+        })
+    }
+
+    async fn history(
+        &self,
+        thread_id: &str,
+        limit: usize,
+        before: Option<u64>,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let before = before.map_or(Ok(i64::MAX), to_i64)?;
+        let stmt = Stmt::new(format!(
+            "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $2 ORDER BY idx DESC LIMIT $3"
+        ))
+        .bind(thread_id)
+        .bind(before)
+        .bind(to_limit(limit));
+        oldest_first(self.fetch_all(stmt).await?)
+    }
+
+    async fn list_threads_page(
+        &self,
+        owner: Option<&str>,
+        limit: usize,
+        after: Option<&ThreadCursor>,
+    ) -> StoreResult<ThreadPage> {
+        const T: &str = "thread_state";
+        if limit == 0 {
+            return Err(StoreError::Invalid("limit must be at least 1"));
+        }
+        let mut stmt = Stmt::new(thread_page_sql(
+            B::BYTE_ORDER,
+            owner.is_some(),
+            after.is_some(),
+        ));
+        if let Some(owner) = owner {
+            stmt = stmt.bind(owner);
+        }
+        if let Some(c) = after {
+            stmt = stmt.bind(c.updated_at).bind(&c.thread_id);
+        }
+        let stmt = stmt.bind(to_limit(limit.saturating_add(1)));
+        let rows = self
+            .fetch_all(stmt)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ThreadSummary {
+                    thread_id: r.text("thread_id")?,
+                    turn_count: to_u64(r.int("turn_count")?, T, "turn_count")?,
+                    message_count: to_u64(r.int("message_count")?, T, "message_count")?,
+                    updated_at: r.ts(T, "updated_at")?,
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(ThreadPage::from_rows(rows, limit))
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        for sql in [
+            "DELETE FROM transcript WHERE thread_id = $1",
+            "DELETE FROM active_sessions WHERE thread_id = $1",
+        ] {
+            B::execute_in(&mut tx, Stmt::new(sql).bind(thread_id)).await?;
+        }
+        let stmt = Stmt::new("DELETE FROM thread_state WHERE thread_id = $1").bind(thread_id);
+        let gone = B::execute_in(&mut tx, stmt).await?;
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+}
+
+#[async_trait]
+impl<B: SqlBackend> SessionStore for B {
+    async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
+        let stmt = Stmt::new("SELECT * FROM active_sessions WHERE thread_id = $1").bind(thread_id);
+        let row = self.fetch_optional(stmt).await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn put(&self, session: &ActiveSession) -> StoreResult<()> {
+        let mut conn = self.pool().acquire().await?;
+        upsert_session::<B>(&mut conn, session).await
+    }
+
+    async fn mark_finalize_required(&self, thread_id: &str, reason: &str) -> StoreResult<bool> {
+        let stmt = Stmt::new(
+            "UPDATE active_sessions SET finalize_required_reason = $2 WHERE thread_id = $1",
+        )
+        .bind(thread_id)
+        .bind(reason);
+        Ok(self.execute(stmt).await? > 0)
+    }
+
+    async fn clear(&self, thread_id: &str) -> StoreResult<bool> {
+        let stmt = Stmt::new("DELETE FROM active_sessions WHERE thread_id = $1").bind(thread_id);
+        Ok(self.execute(stmt).await? > 0)
+    }
+
+    async fn list(&self) -> StoreResult<Vec<ActiveSession>> {
+        let stmt = Stmt::new("SELECT * FROM active_sessions ORDER BY thread_id");
+        let rows = self.fetch_all(stmt).await?;
+        rows.iter().map(session_from_row).collect()
+    }
+}

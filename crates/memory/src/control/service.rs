@@ -1,0 +1,592 @@
+//! [`MemoryControlService`]: lists, status, the recall switch, saved
+//! preferences and two-step deletion over a [`MemoryBackend`], shared by
+//! chat commands, the HTTP API and the tools.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use opencouch_core::MemoryMode;
+use serde_json::{Value, json};
+
+use super::action::{
+    ControlContext, ControlError, ControlOutcome, DeleteTarget, GUEST_MODE_REPLY, MemoryAction,
+    MemorySnapshot, PendingAction, PendingChange, TargetKind,
+};
+use crate::assist::{PolicyModel, validate_preference_rule};
+use crate::backend::{
+    MemoryBackend, PROFILE_RECORD_ID, active_facts, load_profile, save_profile, visible_arcs,
+};
+use crate::policy::{RuleOutcome, add_rule, clip_quote, is_safety_conflict};
+use crate::retrieval::{haystack, lexical_score};
+use crate::text::meaningful_set;
+use crate::types::{MAX_QUOTE_CHARS, ProceduralRule, RuleSource, TypeError, WriteTiming};
+
+fn namespace(owner: &str, kind: TargetKind) -> String {
+    format!("{owner}:{}", kind.memory_kind())
+}
+
+fn target(owner: &str, kind: TargetKind, id: &str, preview: &str) -> DeleteTarget {
+    let (key, rule_id) = match kind {
+        TargetKind::Rule => (PROFILE_RECORD_ID.to_owned(), Some(id.to_owned())),
+        _ => (id.to_owned(), None),
+    };
+    DeleteTarget {
+        kind,
+        namespace: namespace(owner, kind),
+        key,
+        rule_id,
+        preview: preview.to_owned(),
+    }
+}
+
+fn confirm_prompt(t: &DeleteTarget) -> String {
+    format!(
+        "Delete this saved {}: \"{}\"? Say yes to delete it or no to keep it.",
+        t.kind.noun(),
+        t.preview
+    )
+}
+
+pub(super) fn options_prompt(targets: &[DeleteTarget]) -> String {
+    let mut s = String::from("Which one should I delete?");
+    for (i, t) in targets.iter().enumerate() {
+        s.push_str(&format!("\n{}. {} \"{}\"", i + 1, t.kind.noun(), t.preview));
+    }
+    s.push_str("\nSay the number, or cancel.");
+    s
+}
+
+/// The reply when a preference would weaken crisis support (the write
+/// policy drops such rules, explicit or not).
+pub const SAFETY_PREFERENCE_REPLY: &str = "I can't save that one: if things ever get really hard, I always need to be able to \
+     check you're safe and share crisis support. I'm happy to remember other preferences about how I talk with you.";
+
+/// Maximum options offered for one query.
+pub const MAX_DELETE_OPTIONS: usize = 5;
+
+/// Words that open a request addressed to the assistant ("keep answers
+/// short", "call me Sam"): such a preference reads "You prefer that I …".
+const IMPERATIVE_OPENERS: &[&str] = &[
+    "always", "answer", "ask", "avoid", "be", "bring", "call", "check", "do", "don't", "dont",
+    "explain", "focus", "give", "go", "help", "keep", "let", "mention", "never", "offer", "remind",
+    "reply", "respond", "say", "share", "show", "skip", "speak", "stay", "stop", "suggest", "talk",
+    "tell", "try", "use", "write",
+];
+
+/// Normalizes a preference into a second-person rule, deterministically:
+/// "short answers" → "You prefer short answers."; a request to the
+/// assistant, "keep answers short" → "You prefer that I keep answers short.".
+///
+/// # Errors
+/// [`ControlError::BlankPreference`] for blank text; a [`TypeError`] when the
+/// rule would exceed 280 characters.
+pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
+    let mut t = text
+        .trim()
+        .trim_end_matches(['.', '!', '?', ' '])
+        .trim()
+        .to_owned();
+    loop {
+        let lower = t.to_lowercase();
+        let Some(p) = [
+            "that ",
+            "please ",
+            "i prefer ",
+            "i'd prefer ",
+            "i would prefer ",
+            "i like ",
+            "to have ",
+            ": ",
+        ]
+        .iter()
+        .find(|p| lower.starts_with(**p) || lower == p.trim_end()) else {
+            break;
+        };
+        t = t.get(p.len()..).unwrap_or_default().trim_start().to_owned();
+    }
+    if t.is_empty() {
+        return Err(ControlError::BlankPreference);
+    }
+    let lower = t.to_lowercase();
+    let rule = if lower.starts_with("you ") {
+        let mut c = t.chars();
+        c.next()
+            .map(|f| f.to_uppercase().chain(c).collect::<String>())
+            .unwrap_or_default()
+    } else {
+        let swapped: Vec<String> = t
+            .split(' ')
+            .map(|w| match w.to_lowercase().as_str() {
+                "my" => "your".to_owned(),
+                "me" => "you".to_owned(),
+                "myself" => "yourself".to_owned(),
+                "i" => "you".to_owned(),
+                "i'm" => "you're".to_owned(),
+                _ => w.to_owned(),
+            })
+            .collect();
+        let body = swapped.join(" ");
+        let opener = lower.split(' ').next().unwrap_or_default();
+        let lead = if IMPERATIVE_OPENERS.contains(&opener) {
+            "You prefer that I"
+        } else {
+            "You prefer"
+        };
+        let mut c = body.chars();
+        let first_lower = match (c.next(), c.clone().next()) {
+            (Some(f), Some(s)) if !s.is_uppercase() => {
+                f.to_lowercase().chain(c).collect::<String>()
+            }
+            _ => body.clone(),
+        };
+        format!("{lead} {first_lower}")
+    };
+    let rule = format!("{rule}.");
+    if rule.chars().count() > MAX_QUOTE_CHARS {
+        return Err(TypeError::TextLength {
+            field: "rule",
+            max: MAX_QUOTE_CHARS,
+        }
+        .into());
+    }
+    Ok(rule)
+}
+
+/// The memory-control service shared by every channel.
+#[derive(Clone)]
+pub struct MemoryControlService {
+    backend: Arc<dyn MemoryBackend>,
+    policy_model: Option<Arc<dyn PolicyModel>>,
+}
+
+impl MemoryControlService {
+    /// A service over a backend (deterministic: no policy model).
+    pub fn new(backend: Arc<dyn MemoryBackend>) -> Self {
+        MemoryControlService {
+            backend,
+            policy_model: None,
+        }
+    }
+
+    /// Uses `model` (hybrid mode) to word saved preferences and to
+    /// reconcile them with the active rules; every model failure falls back
+    /// to the deterministic path.
+    #[must_use]
+    pub fn with_policy_model(mut self, model: Arc<dyn PolicyModel>) -> Self {
+        self.policy_model = Some(model);
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &dyn MemoryBackend {
+        self.backend.as_ref()
+    }
+
+    /// Everything visible to an owner.
+    ///
+    /// # Errors
+    /// [`ControlError::Backend`].
+    pub async fn snapshot(&self, owner: &str) -> Result<MemorySnapshot, ControlError> {
+        let b = self.backend.as_ref();
+        let (facts, arcs, profile) = tokio::join!(
+            active_facts(b, owner),
+            visible_arcs(b, owner),
+            load_profile(b, owner)
+        );
+        let profile = profile?;
+        Ok(MemorySnapshot {
+            facts: facts?
+                .into_iter()
+                .map(|f| (f.id.clone(), f.preview()))
+                .collect(),
+            sessions: arcs?.into_iter().map(|a| (a.id, a.summary)).collect(),
+            rules: profile
+                .active_rules()
+                .map(|r| (r.id.clone(), r.rule.clone()))
+                .collect(),
+            proactive_recall_enabled: profile.proactive_recall_enabled,
+        })
+    }
+
+    /// Handles one action given the stored pending action.
+    ///
+    /// # Errors
+    /// [`ControlError`] for a missing owner, blank text, an index out of
+    /// range, a foreign pending action or a store failure.
+    pub async fn handle(
+        &self,
+        ctx: &ControlContext<'_>,
+        action: MemoryAction,
+        pending: Option<&PendingAction>,
+    ) -> Result<ControlOutcome, ControlError> {
+        if ctx.memory_mode == MemoryMode::Incognito {
+            let mut out = ControlOutcome::reply(GUEST_MODE_REPLY, PendingChange::Clear);
+            if action == MemoryAction::Status {
+                out.data = json!({"memory_enabled": false, "memory_mode": "incognito"});
+            }
+            return Ok(out);
+        }
+        let owner = ctx
+            .owner_id
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or(ControlError::OwnerMissing)?;
+        match action {
+            MemoryAction::List => self.list(owner).await,
+            MemoryAction::Status => self.status(owner).await,
+            MemoryAction::SetRecall { enabled } => self.set_recall(owner, enabled, ctx.now).await,
+            MemoryAction::SavePreference { preference_text } => {
+                self.save_preference(owner, &preference_text, ctx.now).await
+            }
+            MemoryAction::ForgetByIndex {
+                target_kind,
+                target_index,
+            } => {
+                let snap = self.snapshot(owner).await?;
+                let items = snap.items(target_kind);
+                let available = items.len();
+                let (id, preview) = target_index
+                    .checked_sub(1)
+                    .and_then(|i| items.get(i))
+                    .ok_or(ControlError::IndexOutOfRange {
+                        kind: target_kind,
+                        index: target_index,
+                        available,
+                    })?;
+                let t = target(owner, target_kind, id, preview);
+                Ok(ControlOutcome::reply(
+                    confirm_prompt(&t),
+                    PendingChange::Set(PendingAction::Delete { target: t }),
+                ))
+            }
+            MemoryAction::ForgetByQuery { query } => self.forget_by_query(owner, &query).await,
+            MemoryAction::ChooseOption { option } => Ok(choose_option(pending, option)),
+            MemoryAction::ConfirmPending => self.confirm(owner, pending, ctx.now).await,
+            MemoryAction::CancelPending => Ok(match pending {
+                Some(_) => {
+                    ControlOutcome::reply("Okay, I won't delete anything.", PendingChange::Clear)
+                }
+                None => ControlOutcome::reply(
+                    "There's nothing waiting to be deleted.",
+                    PendingChange::Keep,
+                ),
+            }),
+        }
+    }
+
+    async fn list(&self, owner: &str) -> Result<ControlOutcome, ControlError> {
+        let snap = self.snapshot(owner).await?;
+        let mut reply = String::new();
+        if snap.facts.is_empty() && snap.sessions.is_empty() && snap.rules.is_empty() {
+            reply.push_str("I haven't saved anything about you yet.");
+        } else {
+            reply.push_str("Here is what I have saved:");
+            for (title, items) in [
+                ("Facts", &snap.facts),
+                ("Sessions", &snap.sessions),
+                ("Preferences", &snap.rules),
+            ] {
+                if items.is_empty() {
+                    continue;
+                }
+                reply.push_str(&format!("\n{title}:"));
+                for (i, (_, text)) in items.iter().enumerate() {
+                    reply.push_str(&format!("\n{}. {text}", i + 1));
+                }
+            }
+        }
+        reply.push_str(recall_sentence(snap.proactive_recall_enabled));
+        let data = json!({
+            "facts": snap.facts.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            "sessions": snap.sessions.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            "rules": snap.rules.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            "proactive_recall_enabled": snap.proactive_recall_enabled,
+        });
+        Ok(ControlOutcome {
+            data,
+            ..ControlOutcome::reply(reply, PendingChange::Keep)
+        })
+    }
+
+    async fn status(&self, owner: &str) -> Result<ControlOutcome, ControlError> {
+        let snap = self.snapshot(owner).await?;
+        let reply = format!(
+            "Memory is on. Saved: {} facts, {} session summaries, {} preferences.{}",
+            snap.facts.len(),
+            snap.sessions.len(),
+            snap.rules.len(),
+            recall_sentence(snap.proactive_recall_enabled)
+        );
+        let data = json!({
+            "memory_enabled": true,
+            "memory_mode": "persistent",
+            "facts": snap.facts.len(),
+            "sessions": snap.sessions.len(),
+            "rules": snap.rules.len(),
+            "proactive_recall_enabled": snap.proactive_recall_enabled,
+        });
+        Ok(ControlOutcome {
+            data,
+            ..ControlOutcome::reply(reply, PendingChange::Keep)
+        })
+    }
+
+    async fn set_recall(
+        &self,
+        owner: &str,
+        enabled: bool,
+        now: DateTime<Utc>,
+    ) -> Result<ControlOutcome, ControlError> {
+        let b = self.backend.as_ref();
+        let mut profile = load_profile(b, owner).await?;
+        let changed = profile.proactive_recall_enabled != enabled;
+        if changed {
+            profile.proactive_recall_enabled = enabled;
+            save_profile(b, owner, &profile, now).await?;
+        }
+        let reply = if enabled {
+            "Proactive recall is on: I may bring up things from earlier sessions when they seem relevant."
+        } else {
+            "Proactive recall is off: I won't bring up earlier sessions unless you ask."
+        };
+        Ok(ControlOutcome {
+            side_effect: changed,
+            data: json!({"proactive_recall_enabled": enabled}),
+            ..ControlOutcome::reply(reply, PendingChange::Keep)
+        })
+    }
+
+    /// The rule text for an explicit preference: the policy model's
+    /// wording when it passes [`validate_preference_rule`], else
+    /// [`normalize_preference`]. Returns the rule and how it was written.
+    async fn preference_rule(&self, text: &str) -> Result<(String, &'static str), ControlError> {
+        let deterministic = normalize_preference(text);
+        if matches!(deterministic, Err(ControlError::BlankPreference)) {
+            return Err(ControlError::BlankPreference);
+        }
+        let Some(model) = &self.policy_model else {
+            return deterministic.map(|r| (r, "deterministic"));
+        };
+        match model.normalize_preference(text).await {
+            Ok(reply) => {
+                if let Some(rule) = validate_preference_rule(&reply.rule, text) {
+                    return Ok((rule, "model"));
+                }
+                tracing::warn!(
+                    "model preference rule failed validation; using the deterministic rule"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "preference model failed; using the deterministic rule");
+            }
+        }
+        deterministic.map(|r| (r, "fallback"))
+    }
+
+    async fn save_preference(
+        &self,
+        owner: &str,
+        text: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ControlOutcome, ControlError> {
+        let (rule_text, path) = self.preference_rule(text).await?;
+        if is_safety_conflict(&rule_text) || is_safety_conflict(text) {
+            return Ok(ControlOutcome {
+                data: json!({"saved": false, "reason": "safety_conflict"}),
+                ..ControlOutcome::reply(SAFETY_PREFERENCE_REPLY, PendingChange::Keep)
+            });
+        }
+        let b = self.backend.as_ref();
+        let mut profile = load_profile(b, owner).await?;
+        let quote = clip_quote(text);
+        let rule = ProceduralRule::new(
+            &rule_text,
+            vec![quote],
+            RuleSource::ExplicitUser,
+            WriteTiming::Immediate,
+            "explicit_user_request",
+            now,
+        )?;
+        let (outcome, _) = add_rule(&mut profile, rule, self.policy_model.as_deref(), now).await;
+        match outcome {
+            RuleOutcome::Skipped { existing } => {
+                let shown = existing.unwrap_or_else(|| rule_text.clone());
+                Ok(ControlOutcome {
+                    data: json!({"rule": shown, "duplicate": true, "rule_path": path}),
+                    ..ControlOutcome::reply(format!("Already saved: {shown}"), PendingChange::Keep)
+                })
+            }
+            RuleOutcome::Added | RuleOutcome::Replaced { .. } => {
+                save_profile(b, owner, &profile, now).await?;
+                let mut data = json!({"rule": rule_text, "duplicate": false, "rule_path": path});
+                let reply = match outcome {
+                    RuleOutcome::Replaced { retired } => {
+                        data["replaced"] = Value::from(retired.clone());
+                        format!("Saved: {rule_text} (this replaces: {retired})")
+                    }
+                    _ => format!("Saved: {rule_text}"),
+                };
+                Ok(ControlOutcome {
+                    side_effect: true,
+                    data,
+                    ..ControlOutcome::reply(reply, PendingChange::Keep)
+                })
+            }
+        }
+    }
+
+    async fn forget_by_query(
+        &self,
+        owner: &str,
+        query: &str,
+    ) -> Result<ControlOutcome, ControlError> {
+        let q = meaningful_set(query);
+        if q.is_empty() {
+            return Err(ControlError::BlankQuery);
+        }
+        let b = self.backend.as_ref();
+        let mut matches: Vec<(f64, DeleteTarget)> = Vec::new();
+        for f in active_facts(b, owner).await? {
+            let v = serde_json::to_value(&f).unwrap_or(Value::Null);
+            push_match(
+                &mut matches,
+                &q,
+                &v,
+                target(owner, TargetKind::Fact, &f.id, &f.preview()),
+            );
+        }
+        for a in visible_arcs(b, owner).await? {
+            let v = serde_json::to_value(&a).unwrap_or(Value::Null);
+            push_match(
+                &mut matches,
+                &q,
+                &v,
+                target(owner, TargetKind::Session, &a.id, &a.summary),
+            );
+        }
+        for r in load_profile(b, owner).await?.active_rules() {
+            push_match(
+                &mut matches,
+                &q,
+                &json!({"text": r.rule}),
+                target(owner, TargetKind::Rule, &r.id, &r.rule),
+            );
+        }
+        matches.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut targets: Vec<DeleteTarget> = matches
+            .into_iter()
+            .map(|(_, t)| t)
+            .take(MAX_DELETE_OPTIONS)
+            .collect();
+        Ok(match targets.len() {
+            0 => ControlOutcome::reply(
+                "I couldn't find anything saved that matches that.",
+                PendingChange::Keep,
+            ),
+            1 => {
+                let t = targets.remove(0);
+                ControlOutcome::reply(
+                    confirm_prompt(&t),
+                    PendingChange::Set(PendingAction::Delete { target: t }),
+                )
+            }
+            _ => ControlOutcome::reply(
+                options_prompt(&targets),
+                PendingChange::Set(PendingAction::DeleteOptions { targets }),
+            ),
+        })
+    }
+
+    async fn confirm(
+        &self,
+        owner: &str,
+        pending: Option<&PendingAction>,
+        now: DateTime<Utc>,
+    ) -> Result<ControlOutcome, ControlError> {
+        let t = match pending {
+            None => {
+                return Ok(ControlOutcome::reply(
+                    "There's nothing waiting to be deleted.",
+                    PendingChange::Keep,
+                ));
+            }
+            Some(PendingAction::DeleteOptions { targets }) => {
+                return Ok(ControlOutcome::reply(
+                    options_prompt(targets),
+                    PendingChange::Keep,
+                ));
+            }
+            Some(PendingAction::Delete { target }) => target,
+        };
+        if t.namespace != namespace(owner, t.kind) {
+            return Err(ControlError::ForeignPending);
+        }
+        let b = self.backend.as_ref();
+        let deleted = match (t.kind, &t.rule_id) {
+            (TargetKind::Rule, Some(rule_id)) => {
+                let mut profile = load_profile(b, owner).await?;
+                let before = profile.rules.len();
+                profile.rules.retain(|r| &r.id != rule_id);
+                let deleted = profile.rules.len() != before;
+                if deleted {
+                    save_profile(b, owner, &profile, now).await?;
+                }
+                deleted
+            }
+            (TargetKind::Rule, None) => return Err(ControlError::InvalidPending),
+            (kind, _) => b.delete(owner, kind.memory_kind(), &t.key).await?,
+        };
+        let reply = if deleted {
+            format!("Deleted the saved {}: \"{}\".", t.kind.noun(), t.preview)
+        } else {
+            "That item was already gone, so there was nothing to delete.".to_owned()
+        };
+        Ok(ControlOutcome {
+            side_effect: deleted,
+            ..ControlOutcome::reply(reply, PendingChange::Clear)
+        })
+    }
+}
+
+fn push_match(out: &mut Vec<(f64, DeleteTarget)>, q: &HashSet<String>, v: &Value, t: DeleteTarget) {
+    let hay = meaningful_set(&haystack(v));
+    let primary = meaningful_set(&t.preview);
+    let s = lexical_score(q, &hay, &primary);
+    if s.hit {
+        out.push((s.recall, t));
+    }
+}
+
+fn recall_sentence(enabled: bool) -> &'static str {
+    if enabled {
+        " Proactive recall is on."
+    } else {
+        " Proactive recall is off."
+    }
+}
+
+fn choose_option(pending: Option<&PendingAction>, option: usize) -> ControlOutcome {
+    match pending {
+        Some(PendingAction::DeleteOptions { targets }) => {
+            match option.checked_sub(1).and_then(|i| targets.get(i)) {
+                Some(t) => ControlOutcome::reply(
+                    confirm_prompt(t),
+                    PendingChange::Set(PendingAction::Delete { target: t.clone() }),
+                ),
+                None => ControlOutcome::reply(
+                    format!(
+                        "Please pick a number from 1 to {}.\n{}",
+                        targets.len(),
+                        options_prompt(targets)
+                    ),
+                    PendingChange::Keep,
+                ),
+            }
+        }
+        _ => ControlOutcome::reply(
+            "There's nothing to choose from right now.",
+            PendingChange::Keep,
+        ),
+    }
+}

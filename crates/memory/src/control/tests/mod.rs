@@ -1,0 +1,549 @@
+//! Unit tests of the memory-control service: listing, status, the recall
+//! switch, saved preferences and two-step deletion (the parser, the intent
+//! gate and the tools in `tools`).
+
+use chrono::Duration;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use opencouch_core::{MemoryMode, Message};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::backend::{
+    InMemoryBackend, MemoryBackend, MemoryRecord, active_facts, load_profile, visible_arcs,
+};
+use crate::types::*;
+
+mod tools;
+
+fn fact(quote: &str, obj: &str) -> SemanticFact {
+    SemanticFact::new(
+        NewFact {
+            category: FactCategory::Relationship,
+            subject: EntityRef::user(),
+            predicate: Predicate::Knows,
+            object: EntityRef::new(EntityType::Person, obj).unwrap(),
+            evidence_quote: quote.into(),
+            confidence: 0.9,
+            source_session_id: None,
+            source_turn_index: None,
+            write_timing: WriteTiming::Promotion,
+            write_reason: "t".into(),
+        },
+        Utc::now(),
+    )
+    .unwrap()
+}
+
+async fn seeded() -> (MemoryControlService, Arc<InMemoryBackend>) {
+    let b = Arc::new(InMemoryBackend::new());
+    for (q, o) in [
+        ("My sister Sarah lives in Leeds", "Sarah"),
+        ("My sister Anna is a nurse", "Anna"),
+        ("I run to cope", "running"),
+    ] {
+        b.put(MemoryRecord::from_fact("u", &fact(q, o), None))
+            .await
+            .unwrap();
+    }
+    let now = Utc::now();
+    let arc = SessionArc::new(
+        NewSessionArc {
+            session_id: "s1".into(),
+            started_at: now - Duration::minutes(5),
+            ended_at: now,
+            turn_count: 2,
+            primary_themes: vec!["work".into()],
+            summary: "Talked about a stressful week at work".into(),
+            mood_arc: MoodArc::default(),
+            open_loops: vec![],
+            resolved_threads: vec![],
+            approach_used: None,
+            approach_context: None,
+            crisis_level_max: 0,
+        },
+        now,
+    )
+    .unwrap();
+    b.put(MemoryRecord::from_arc("u", &arc, None))
+        .await
+        .unwrap();
+    (MemoryControlService::new(b.clone()), b)
+}
+
+fn ctx(mode: MemoryMode) -> ControlContext<'static> {
+    ControlContext {
+        owner_id: Some("u"),
+        memory_mode: mode,
+        now: Utc::now(),
+    }
+}
+
+#[tokio::test]
+async fn incognito_list_is_guest_mode_without_pending() {
+    // inventory §13 item 24
+    let (svc, _) = seeded().await;
+    for action in [
+        MemoryAction::List,
+        MemoryAction::Status,
+        MemoryAction::SetRecall { enabled: true },
+    ] {
+        let o = svc
+            .handle(&ctx(MemoryMode::Incognito), action, None)
+            .await
+            .unwrap();
+        assert!(o.reply.contains("guest mode"));
+        assert_eq!(o.pending, PendingChange::Clear);
+        assert!(!o.side_effect);
+    }
+    assert!(
+        !load_profile(svc.backend(), "u")
+            .await
+            .unwrap()
+            .proactive_recall_enabled
+    );
+}
+
+#[tokio::test]
+async fn set_recall_without_enabled_is_an_error() {
+    // item 25
+    let (svc, _) = seeded().await;
+    assert!(matches!(
+        MemoryAction::from_json(json!({"type": "set_recall"})),
+        Err(ControlError::InvalidAction)
+    ));
+    assert!(MemoryAction::from_json(json!({"type": "explode"})).is_err());
+    assert!(
+        !load_profile(svc.backend(), "u")
+            .await
+            .unwrap()
+            .proactive_recall_enabled
+    );
+    let a = MemoryAction::from_json(json!({"type": "set_recall", "enabled": true})).unwrap();
+    let o = svc
+        .handle(&ctx(MemoryMode::Persistent), a, None)
+        .await
+        .unwrap();
+    assert!(o.side_effect);
+    assert!(
+        load_profile(svc.backend(), "u")
+            .await
+            .unwrap()
+            .proactive_recall_enabled
+    );
+}
+
+#[tokio::test]
+async fn save_preference_table() {
+    // items 26, 27 (deterministic normalization replaces the LLM)
+    let (svc, _) = seeded().await;
+    for blank in ["", "   ", "I prefer ."] {
+        let r = svc
+            .handle(
+                &ctx(MemoryMode::Persistent),
+                MemoryAction::SavePreference {
+                    preference_text: blank.into(),
+                },
+                None,
+            )
+            .await;
+        assert!(matches!(r, Err(ControlError::BlankPreference)), "{blank:?}");
+    }
+    assert_eq!(
+        load_profile(svc.backend(), "u").await.unwrap().rules.len(),
+        0,
+        "no blank rule saved"
+    );
+    let o = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SavePreference {
+                preference_text: "short answers".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.reply, "Saved: You prefer short answers.");
+    assert!(o.side_effect);
+    let again = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SavePreference {
+                preference_text: "Short answers!".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!again.side_effect && again.reply.starts_with("Already saved"));
+    let p = load_profile(svc.backend(), "u").await.unwrap();
+    assert_eq!(p.rules.len(), 1);
+    assert_eq!(p.rules[0].source, RuleSource::ExplicitUser);
+}
+
+#[tokio::test]
+async fn save_preference_with_model_table() {
+    use crate::assist::{PolicyModelError, PreferenceReply, RuleAction, RuleDecision};
+    use crate::policy::model::testing::ScriptedPolicyModel;
+    let ok = |r: &str| Ok(PreferenceReply { rule: r.to_owned() });
+    // (user text, model answer, saved rule, rule_path)
+    type Case = (
+        &'static str,
+        Result<PreferenceReply, PolicyModelError>,
+        &'static str,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "you call me Sam",
+            ok("You prefer to be called Sam."),
+            "You prefer to be called Sam.",
+            "model",
+        ),
+        (
+            "short answers",
+            ok("You prefer short answers"),
+            "You prefer short answers.",
+            "model",
+        ),
+        (
+            "short answers",
+            ok("Keep it short."),
+            "You prefer short answers.",
+            "fallback",
+        ),
+        (
+            "short answers",
+            ok("You prefer no hotlines."),
+            "You prefer short answers.",
+            "fallback",
+        ),
+        (
+            "short answers",
+            Err(PolicyModelError::Timeout),
+            "You prefer short answers.",
+            "fallback",
+        ),
+    ];
+    for (text, answer, want, path) in cases {
+        let b = Arc::new(InMemoryBackend::new());
+        let model = Arc::new(ScriptedPolicyModel::default());
+        model.prefs.lock().unwrap().push_back(answer);
+        let svc = MemoryControlService::new(b.clone()).with_policy_model(model.clone());
+        let o = svc
+            .handle(
+                &ctx(MemoryMode::Persistent),
+                MemoryAction::SavePreference {
+                    preference_text: text.into(),
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.reply, format!("Saved: {want}"), "{text}");
+        assert_eq!(o.data["rule_path"], path, "{text}");
+        let p = load_profile(b.as_ref(), "u").await.unwrap();
+        assert_eq!(p.rules.len(), 1);
+        assert_eq!(p.rules[0].rule, want);
+        assert_eq!(p.rules[0].write_timing, WriteTiming::Immediate);
+        assert_eq!(
+            model.calls(),
+            1,
+            "no active rules: no reconciliation question"
+        );
+    }
+
+    // With an active rule the model reconciles: replace retires it.
+    let b = Arc::new(InMemoryBackend::new());
+    let model = Arc::new(ScriptedPolicyModel::default());
+    model.prefs.lock().unwrap().extend([
+        ok("You prefer short answers."),
+        ok("You prefer longer answers."),
+    ]);
+    model.rules.lock().unwrap().push_back(Ok(RuleDecision {
+        action: RuleAction::Replace,
+        target_index: Some(0),
+        confidence: opencouch_core::Confidence::High,
+    }));
+    let svc = MemoryControlService::new(b.clone()).with_policy_model(model.clone());
+    for text in ["short answers", "longer answers"] {
+        svc.handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SavePreference {
+                preference_text: text.into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let p = load_profile(b.as_ref(), "u").await.unwrap();
+    let active: Vec<&str> = p.active_rules().map(|r| r.rule.as_str()).collect();
+    assert_eq!(active, ["You prefer longer answers."]);
+    assert_eq!(p.archived_rules.len(), 1);
+    assert_eq!(model.calls(), 3);
+    // Blank text never reaches the model.
+    let r = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SavePreference {
+                preference_text: "  ".into(),
+            },
+            None,
+        )
+        .await;
+    assert!(matches!(r, Err(ControlError::BlankPreference)));
+    assert_eq!(model.calls(), 3);
+}
+
+#[tokio::test]
+async fn safety_weakening_preference_is_not_saved() {
+    let (svc, _) = seeded().await;
+    for text in ["no hotlines please", "you never give me crisis resources"] {
+        let o = svc
+            .handle(
+                &ctx(MemoryMode::Persistent),
+                MemoryAction::SavePreference {
+                    preference_text: text.into(),
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.reply, SAFETY_PREFERENCE_REPLY, "{text}");
+        assert!(!o.side_effect);
+    }
+    assert!(
+        load_profile(svc.backend(), "u")
+            .await
+            .unwrap()
+            .rules
+            .is_empty()
+    );
+}
+
+#[test]
+fn normalize_preference_table() {
+    let cases = [
+        ("short answers", "You prefer short answers."),
+        ("I prefer short answers.", "You prefer short answers."),
+        (
+            "that I prefer gentle check-ins",
+            "You prefer gentle check-ins.",
+        ),
+        ("You prefer no emojis", "You prefer no emojis."),
+        (
+            "Examples from my own life",
+            "You prefer examples from your own life.",
+        ),
+        ("CBT exercises", "You prefer CBT exercises."),
+        // Requests addressed to the assistant.
+        (
+            "keep answers short",
+            "You prefer that I keep answers short.",
+        ),
+        (
+            "Please always keep answers short.",
+            "You prefer that I always keep answers short.",
+        ),
+        ("call me Sam", "You prefer that I call you Sam."),
+        ("don't use jargon", "You prefer that I don't use jargon."),
+        (
+            "remind me to breathe when I panic",
+            "You prefer that I remind you to breathe when you panic.",
+        ),
+        ("be direct with me", "You prefer that I be direct with you."),
+        // A noun phrase that merely starts like a verb stays as it is.
+        ("calm music", "You prefer calm music."),
+    ];
+    for (input, want) in cases {
+        assert_eq!(normalize_preference(input).unwrap(), want, "{input}");
+    }
+    assert!(normalize_preference(&"x".repeat(300)).is_err());
+}
+
+#[tokio::test]
+async fn forget_by_query_options_choose_confirm() {
+    // items 28, 29, 30, 31
+    let (svc, b) = seeded().await;
+    let c = ctx(MemoryMode::Persistent);
+    let o = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByQuery {
+                query: "my sister".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(o.reply.starts_with("Which one"));
+    let PendingChange::Set(options @ PendingAction::DeleteOptions { .. }) = o.pending else {
+        panic!("options expected")
+    };
+    // Stored as JSON between turns.
+    let stored = options.to_json();
+    let options = PendingAction::from_json(&stored).unwrap();
+    // Invalid number keeps the options and asks again.
+    let o = svc
+        .handle(&c, MemoryAction::ChooseOption { option: 7 }, Some(&options))
+        .await
+        .unwrap();
+    assert_eq!(o.pending, PendingChange::Keep);
+    assert!(o.reply.contains("Which one"));
+    // Picking 2 stages that item; nothing deleted yet.
+    let o = svc
+        .handle(&c, MemoryAction::ChooseOption { option: 2 }, Some(&options))
+        .await
+        .unwrap();
+    let PendingChange::Set(single @ PendingAction::Delete { .. }) = o.pending else {
+        panic!("delete expected")
+    };
+    assert!(o.reply.contains("Anna"));
+    assert_eq!(
+        active_facts(b.as_ref(), "u").await.unwrap().len(),
+        3,
+        "nothing deleted before confirm"
+    );
+    // Confirm deletes and clears.
+    let o = svc
+        .handle(&c, MemoryAction::ConfirmPending, Some(&single))
+        .await
+        .unwrap();
+    assert!(o.side_effect);
+    assert_eq!(o.pending, PendingChange::Clear);
+    let left: Vec<String> = active_facts(b.as_ref(), "u")
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.object.identifier.clone())
+        .collect();
+    assert_eq!(left, vec!["Sarah", "running"]);
+}
+
+#[tokio::test]
+async fn forget_by_index_and_cancel() {
+    let (svc, b) = seeded().await;
+    let c = ctx(MemoryMode::Persistent);
+    let err = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByIndex {
+                target_kind: TargetKind::Fact,
+                target_index: 4,
+            },
+            None,
+        )
+        .await;
+    assert!(matches!(
+        err,
+        Err(ControlError::IndexOutOfRange { available: 3, .. })
+    ));
+    let err = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByIndex {
+                target_kind: TargetKind::Fact,
+                target_index: 0,
+            },
+            None,
+        )
+        .await;
+    assert!(matches!(err, Err(ControlError::IndexOutOfRange { .. })));
+    let o = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByIndex {
+                target_kind: TargetKind::Session,
+                target_index: 1,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let PendingChange::Set(p) = o.pending else {
+        panic!()
+    };
+    let o = svc
+        .handle(&c, MemoryAction::CancelPending, Some(&p))
+        .await
+        .unwrap();
+    assert_eq!(o.pending, PendingChange::Clear);
+    assert_eq!(visible_arcs(b.as_ref(), "u").await.unwrap().len(), 1);
+    let o = svc
+        .handle(&c, MemoryAction::ConfirmPending, Some(&p))
+        .await
+        .unwrap();
+    assert!(o.side_effect);
+    assert!(visible_arcs(b.as_ref(), "u").await.unwrap().is_empty());
+    // A pending action of another owner is refused.
+    let other = ControlContext {
+        owner_id: Some("intruder"),
+        ..c
+    };
+    assert!(matches!(
+        svc.handle(&other, MemoryAction::ConfirmPending, Some(&p))
+            .await,
+        Err(ControlError::ForeignPending)
+    ));
+}
+
+#[tokio::test]
+async fn rules_can_be_deleted_by_query() {
+    let (svc, _) = seeded().await;
+    let c = ctx(MemoryMode::Persistent);
+    svc.handle(
+        &c,
+        MemoryAction::SavePreference {
+            preference_text: "short answers".into(),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let o = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByQuery {
+                query: "short answers".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let PendingChange::Set(p) = o.pending else {
+        panic!()
+    };
+    svc.handle(&c, MemoryAction::ConfirmPending, Some(&p))
+        .await
+        .unwrap();
+    assert!(
+        load_profile(svc.backend(), "u")
+            .await
+            .unwrap()
+            .rules
+            .is_empty()
+    );
+    let o = svc.handle(&c, MemoryAction::List, None).await.unwrap();
+    assert!(o.reply.contains("1. My sister Sarah"));
+    assert!(o.reply.contains("Sessions:"));
+    let o = svc.handle(&c, MemoryAction::Status, None).await.unwrap();
+    assert!(
+        o.reply
+            .contains("3 facts, 1 session summaries, 0 preferences")
+    );
+    let o = svc
+        .handle(
+            &c,
+            MemoryAction::ForgetByQuery {
+                query: "quantum physics".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.pending, PendingChange::Keep);
+}

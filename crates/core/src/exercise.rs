@@ -29,7 +29,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::enums::Approach;
-use crate::state::ExerciseUpdate;
 use crate::string_enum;
 
 /// The active exercise of a thread. `None` in the thread state means no
@@ -46,6 +45,16 @@ pub struct ExerciseState {
     pub exercise_version: u32,
     /// Approach pinned when the exercise started.
     pub exercise_therapeutic_approach: Approach,
+}
+
+/// How a pipeline stage changes the exercise state of a thread (applied by
+/// `ThreadState::apply`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ExerciseUpdate {
+    #[default]
+    Keep,
+    Set(ExerciseState),
+    Clear,
 }
 
 string_enum! {

@@ -21,6 +21,9 @@ use crate::crisis::{CrisisAssessment, CrisisLevel};
 use crate::diagnostics::Diagnostics;
 use crate::enums::{Approach, Channel, Confidence, ResponseStyle, Route};
 use crate::exercise::ExerciseState;
+// Owned by `exercise` (the lower module); re-exported so the
+// `state::ExerciseUpdate` path still works.
+pub use crate::exercise::ExerciseUpdate;
 use crate::string_enum;
 
 string_enum! {
@@ -284,15 +287,6 @@ impl ThreadState {
         self.pending_memory_action = None;
         self.turn_lifecycle = TurnLifecycle::default();
     }
-}
-
-/// How a stage changes the exercise state.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum ExerciseUpdate {
-    #[default]
-    Keep,
-    Set(ExerciseState),
-    Clear,
 }
 
 /// How a stage changes the pending memory action.

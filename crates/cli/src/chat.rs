@@ -16,7 +16,8 @@ use opencouch_config::Settings;
 use opencouch_core::{
     AgentInput, AgentOutput, Channel, MemoryMode, ResponseType, RuntimeMode, StreamEvent,
 };
-use opencouch_runtime::{EndSessionOutcome, Runtime};
+use opencouch_runtime::service::TargetKind;
+use opencouch_runtime::{EndSessionOutcome, Runtime, Service};
 use opencouch_store::{FeedbackLabel, FeedbackSource};
 
 use crate::out::{out, outln};
@@ -60,7 +61,8 @@ const NOT_SAVED: &str = "This conversation couldn't be saved right now.";
 
 struct Session {
     settings: Settings,
-    runtime: Runtime,
+    /// The runtime's service API: everything chat does goes through it.
+    service: Service,
     thread: String,
     user: Option<String>,
     json: bool,
@@ -73,7 +75,7 @@ impl Session {
         let mut input = AgentInput::new(self.thread.clone(), message);
         input.user_id = self.user.clone();
         input.channel = Channel::Test;
-        input.memory_mode = self.runtime.memory_mode();
+        input.memory_mode = self.service.memory_mode();
         input
     }
 
@@ -81,14 +83,14 @@ impl Session {
         let input = self.input(message);
         self.turns += 1;
         if self.json {
-            let out = self.runtime.run_turn(input).await?;
+            let out = self.service.run_turn(input).await?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", serde_json::to_string(&out)?)
                 .and_then(|()| stdout.flush())
                 .map_err(|e| anyhow::Error::new(e).context("could not write the turn output"))?;
             return Ok(());
         }
-        let mut events = Box::pin(self.runtime.run_turn_stream(input));
+        let mut events = Box::pin(self.service.stream_turn(input));
         let mut streamed = false;
         let mut status_shown = false;
         while let Some(event) = events.next().await {
@@ -148,7 +150,7 @@ impl Session {
         source: FeedbackSource,
     ) -> anyhow::Result<EndSessionOutcome> {
         let outcome = self
-            .runtime
+            .service
             .end_session(&self.thread, self.user.as_deref(), feedback, source)
             .await?;
         Ok(outcome)
@@ -182,9 +184,10 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
         settings.memory_mode
     };
     remove_legacy_history(&settings);
-    let runtime = Runtime::from_settings(&settings, memory_mode)
+    let service = Runtime::from_settings(&settings, memory_mode)
         .await
-        .context("could not start the runtime")?;
+        .context("could not start the runtime")?
+        .service();
     let interactive = std::io::stdin().is_terminal() && !args.json;
     if interactive {
         crate::models::print_missing_model_hint(&settings);
@@ -195,7 +198,7 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
         .unwrap_or_else(|| default_thread(args.user.as_deref()));
     let mut session = Session {
         settings,
-        runtime,
+        service,
         thread,
         user: args.user.clone(),
         json: args.json,
@@ -263,8 +266,8 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
     outln!(
         "Thread {} · {} · {} mode. Type /help for commands.\n",
         session.thread,
-        session.runtime.memory_mode(),
-        session.runtime.mode()
+        session.service.memory_mode(),
+        session.service.mode()
     )?;
     loop {
         let line = match editor.readline("you › ") {
@@ -278,7 +281,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
         if text.is_empty() {
             continue;
         }
-        if session.runtime.memory_mode() == MemoryMode::Persistent {
+        if session.service.memory_mode() == MemoryMode::Persistent {
             let _ = editor.add_history_entry(&text);
         }
         if let Some(cmd) = text.strip_prefix('/') {
@@ -296,17 +299,17 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                             .clone()
                             .unwrap_or_else(|| format!("{} (thread-scoped)", session.thread))
                     )?;
-                    outln!("memory       {}", session.runtime.memory_mode())?;
-                    outln!("mode         {}", session.runtime.mode())?;
-                    outln!("storage      {}", session.runtime.storage_label())?;
+                    outln!("memory       {}", session.service.memory_mode())?;
+                    outln!("mode         {}", session.service.mode())?;
+                    outln!("storage      {}", session.service.storage_label())?;
                     outln!(
                         "crisis gate  deterministic layers{}{}",
-                        if session.runtime.semantic_on() {
+                        if session.service.semantic_signal() {
                             " + semantic signal (local embeddings)"
                         } else {
                             "; semantic signal off (run `opencouch models install`)"
                         },
-                        if session.runtime.mode() == opencouch_core::RuntimeMode::Hybrid {
+                        if session.service.mode() == opencouch_core::RuntimeMode::Hybrid {
                             " + model"
                         } else {
                             ""
@@ -336,12 +339,13 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                     outln!()?;
                 }
                 "incognito" => {
-                    if session.runtime.memory_mode() == MemoryMode::Incognito {
+                    if session.service.memory_mode() == MemoryMode::Incognito {
                         outln!("Already incognito.\n")?;
                     } else {
-                        session.runtime =
+                        session.service =
                             Runtime::from_settings(&session.settings, MemoryMode::Incognito)
-                                .await?;
+                                .await?
+                                .service();
                         session.thread = format!("{}:incognito", session.thread);
                         outln!(
                             "Incognito: nothing from now on is saved, and saved memory is not used.\n"
@@ -352,16 +356,17 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                     Some(Ok(mode)) => {
                         let mut settings = session.settings.clone();
                         settings.mode = mode;
-                        session.runtime =
-                            Runtime::from_settings(&settings, session.runtime.memory_mode())
-                                .await?;
+                        session.service =
+                            Runtime::from_settings(&settings, session.service.memory_mode())
+                                .await?
+                                .service();
                         session.settings = settings;
-                        outln!("Mode: {} (effective: {}).\n", mode, session.runtime.mode())?;
+                        outln!("Mode: {} (effective: {}).\n", mode, session.service.mode())?;
                     }
                     Some(Err(e)) => outln!("{e}\n")?,
                     None => outln!(
                         "Mode: {}. Use /mode deterministic|hybrid|auto.\n",
-                        session.runtime.mode()
+                        session.service.mode()
                     )?,
                 },
                 other => outln!("Unknown command /{other}. Type /help for the list.\n")?,
@@ -378,7 +383,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
     }
     outln!(
         "Take care. Your conversation is {}.",
-        if session.runtime.memory_mode() == MemoryMode::Persistent {
+        if session.service.memory_mode() == MemoryMode::Persistent {
             "saved; continue it with the same --thread"
         } else {
             "not saved"
@@ -402,15 +407,9 @@ async fn memory_command(
     editor: &mut rustyline::DefaultEditor,
     args: &[&str],
 ) -> anyhow::Result<()> {
-    use opencouch_memory::control::{ControlContext, MemoryAction, PendingChange, TargetKind};
-    let rt = &session.runtime;
+    let svc = &session.service;
     let owner = owner(session);
-    let service = opencouch_runtime::memory::control_service(rt);
-    let ctx = ControlContext {
-        owner_id: Some(&owner),
-        memory_mode: rt.memory_mode(),
-        now: chrono::Utc::now(),
-    };
+    let incognito = svc.memory_mode() == MemoryMode::Incognito;
     let kind_of = |w: &str| match w {
         "fact" | "facts" => Some(TargetKind::Fact),
         "session" | "sessions" => Some(TargetKind::Session),
@@ -418,54 +417,30 @@ async fn memory_command(
         _ => None,
     };
     match args {
-        [] | ["status"] => outln!(
-            "{}",
-            service
-                .handle(&ctx, MemoryAction::Status, None)
-                .await?
-                .reply
-        )?,
-        ["list", ..] => {
-            if rt.memory_mode() == MemoryMode::Incognito {
-                outln!("{}", opencouch_memory::control::GUEST_MODE_REPLY)?;
-            } else {
-                crate::memory_cmd::print_inspect(rt, &owner).await?;
-            }
-        }
+        [] | ["status"] => outln!("{}", svc.memory_status_reply(&owner).await?)?,
+        ["list", ..] if incognito => outln!("{}", opencouch_runtime::service::GUEST_MODE_REPLY)?,
+        ["list", ..] => crate::memory_cmd::print_inspect(svc, &owner).await?,
         ["recall", v @ ("on" | "off")] => {
-            let action = MemoryAction::SetRecall {
-                enabled: *v == "on",
-            };
-            outln!("{}", service.handle(&ctx, action, None).await?.reply)?;
+            outln!("{}", svc.set_recall(&owner, *v == "on").await?.reply)?;
         }
         ["forget", kind, n] => {
             let (Some(target_kind), Ok(target_index)) = (kind_of(kind), n.parse::<usize>()) else {
                 anyhow::bail!("usage: /memory forget fact|session|rule N");
             };
-            let prepared = service
-                .handle(
-                    &ctx,
-                    MemoryAction::ForgetByIndex {
-                        target_kind,
-                        target_index,
-                    },
-                    None,
-                )
+            let prepared = svc
+                .forget_prepare(&owner, target_kind, target_index)
                 .await?;
             outln!("{}", prepared.reply)?;
-            let PendingChange::Set(pending) = prepared.pending else {
+            let Some(pending) = prepared.pending else {
                 return Ok(());
             };
             let answer = editor.readline("Delete it? [y/N] › ").unwrap_or_default();
-            let action = if matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
-                MemoryAction::ConfirmPending
+            let done = if matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+                svc.forget_confirm(&owner, &pending).await?
             } else {
-                MemoryAction::CancelPending
+                svc.forget_cancel(&owner, &pending).await?
             };
-            outln!(
-                "{}",
-                service.handle(&ctx, action, Some(&pending)).await?.reply
-            )?;
+            outln!("{}", done.reply)?;
         }
         ["clear", kind] => {
             let which = match *kind {
@@ -475,8 +450,8 @@ async fn memory_command(
                 "all" => crate::memory_cmd::ClearKind::All,
                 _ => anyhow::bail!("usage: /memory clear facts|sessions|rules|all"),
             };
-            if rt.memory_mode() == MemoryMode::Incognito {
-                outln!("{}", opencouch_memory::control::GUEST_MODE_REPLY)?;
+            if incognito {
+                outln!("{}", opencouch_runtime::service::GUEST_MODE_REPLY)?;
                 return Ok(());
             }
             let answer = editor
@@ -484,7 +459,7 @@ async fn memory_command(
                 .unwrap_or_default();
             if answer.trim() == "CLEAR" {
                 remove_legacy_history(&session.settings);
-                let n = crate::memory_cmd::clear(rt, &owner, which).await?;
+                let n = svc.memory_clear(&owner, which.kinds()).await?;
                 outln!("Deleted {n} items.")?;
             } else {
                 outln!("Nothing deleted.")?;

@@ -7,9 +7,8 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use opencouch_config::Settings;
 use opencouch_core::MemoryMode;
-use opencouch_memory::MemoryKind;
-use opencouch_memory::backend::MemoryBackend;
-use opencouch_runtime::Runtime;
+use opencouch_runtime::service::TargetKind;
+use opencouch_runtime::{Runtime, Service};
 
 use crate::out::{out, outln};
 
@@ -46,69 +45,48 @@ pub enum ClearKind {
 }
 
 impl ClearKind {
-    fn kinds(self) -> &'static [MemoryKind] {
+    /// The memory kinds this choice deletes.
+    pub fn kinds(self) -> &'static [TargetKind] {
         match self {
-            ClearKind::Facts => &[MemoryKind::Semantic],
-            ClearKind::Sessions => &[MemoryKind::Episodic],
-            ClearKind::Rules => &[MemoryKind::Procedural],
-            ClearKind::All => &[
-                MemoryKind::Semantic,
-                MemoryKind::Episodic,
-                MemoryKind::Procedural,
-            ],
+            ClearKind::Facts => &[TargetKind::Fact],
+            ClearKind::Sessions => &[TargetKind::Session],
+            ClearKind::Rules => &[TargetKind::Rule],
+            ClearKind::All => &[TargetKind::Fact, TargetKind::Session, TargetKind::Rule],
         }
     }
 }
 
 /// Prints the saved memory of `owner` (numbered as in chat and the API).
-pub async fn print_inspect(rt: &Runtime, owner: &str) -> anyhow::Result<()> {
-    let snap = opencouch_runtime::memory::control_service(rt)
-        .snapshot(owner)
-        .await?;
+pub async fn print_inspect(svc: &Service, owner: &str) -> anyhow::Result<()> {
+    let status = svc.memory_status(owner).await?;
     outln!(
         "Memory for {owner} (proactive recall {})",
-        if snap.proactive_recall_enabled {
-            "on"
-        } else {
-            "off"
-        }
+        if status.proactive_recall { "on" } else { "off" }
     )?;
-    for (title, items) in [
-        ("Facts", &snap.facts),
-        ("Sessions", &snap.sessions),
-        ("Rules", &snap.rules),
+    for (title, kind) in [
+        ("Facts", TargetKind::Fact),
+        ("Sessions", TargetKind::Session),
+        ("Rules", TargetKind::Rule),
     ] {
+        let items = svc.memory_list(owner, kind).await?;
         outln!("\n{title}:")?;
         if items.is_empty() {
             outln!("  (none)")?;
         }
-        for (i, (_, preview)) in items.iter().enumerate() {
+        for (i, preview) in items.iter().enumerate() {
             outln!("  {}. {preview}", i + 1)?;
         }
     }
     Ok(())
 }
 
-/// Deletes every record of the chosen kinds for `owner`; returns the count.
-pub async fn clear(rt: &Runtime, owner: &str, kind: ClearKind) -> anyhow::Result<usize> {
-    let backend = opencouch_runtime::memory::backend(rt);
-    let mut n = 0;
-    for k in kind.kinds() {
-        for record in backend.list(owner, *k).await? {
-            if backend.delete(owner, *k, &record.id).await? {
-                n += 1;
-            }
-        }
-    }
-    Ok(n)
-}
-
 pub async fn run(cmd: MemoryCmd, settings: Settings) -> anyhow::Result<()> {
-    let rt = Runtime::from_settings(&settings, MemoryMode::Persistent)
+    let svc = Runtime::from_settings(&settings, MemoryMode::Persistent)
         .await
-        .context("could not open the database")?;
+        .context("could not open the database")?
+        .service();
     match cmd {
-        MemoryCmd::Inspect { user } => print_inspect(&rt, &user).await,
+        MemoryCmd::Inspect { user } => print_inspect(&svc, &user).await,
         MemoryCmd::Clear { user, kind, yes } => {
             if !yes {
                 if !std::io::stdin().is_terminal() {
@@ -125,7 +103,7 @@ pub async fn run(cmd: MemoryCmd, settings: Settings) -> anyhow::Result<()> {
                 }
             }
             crate::chat::remove_legacy_history(&settings);
-            let n = clear(&rt, &user, kind).await?;
+            let n = svc.memory_clear(&user, kind.kinds()).await?;
             outln!("Deleted {n} memory records for {user}.")?;
             Ok(())
         }

@@ -1,6 +1,5 @@
 //! Routes and handlers.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Instant;
 
@@ -15,8 +14,8 @@ use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
 use opencouch_core::{AgentInput, AgentOutput, Channel, MemoryMode, ModelTier, StreamEvent};
-use opencouch_memory::control::{
-    ControlContext, ControlError, MemoryAction, PendingChange, TargetKind,
+use opencouch_runtime::service::{
+    ServiceError, TargetKind, scoped_thread_id, unscoped_thread_id, valid_thread_id,
 };
 use opencouch_store::FeedbackLabel;
 use serde::Deserialize;
@@ -318,17 +317,12 @@ pub struct ChatRequest {
     pub response_model_tier: Option<ModelTier>,
 }
 
-/// The longest client thread id accepted.
-pub const MAX_THREAD_ID_CHARS: usize = 128;
-
-fn valid_thread_id(id: &str) -> bool {
-    let n = id.chars().count();
-    (1..=MAX_THREAD_ID_CHARS).contains(&n) && !id.chars().any(char::is_control) && id.trim() == id
-}
+/// The longest client thread id accepted (the service API's one rule).
+pub use opencouch_runtime::service::MAX_THREAD_ID_CHARS;
 
 /// The storage thread id of an owner's thread.
 pub fn storage_thread_id(owner: &str, thread_id: &str) -> String {
-    format!("{owner}:{thread_id}")
+    scoped_thread_id(owner, thread_id)
 }
 
 fn scoped_thread(owner: &Owner, id: &str) -> Result<String, ApiError> {
@@ -337,7 +331,7 @@ fn scoped_thread(owner: &Owner, id: &str) -> Result<String, ApiError> {
     } else {
         Err(ApiError::bad_request(
             "invalid_thread_id",
-            "thread ids are 1-128 characters without control characters or surrounding spaces",
+            opencouch_runtime::service::THREAD_ID_RULE,
         ))
     }
 }
@@ -438,14 +432,14 @@ async fn openapi() -> Response {
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let rt = state.runtime(MemoryMode::Persistent);
+    let svc = state.service(MemoryMode::Persistent);
     let store_ok = state.store_ok().await;
     let body = json!({
         "status": if store_ok { "ok" } else { "degraded" },
-        "store": {"backend": rt.storage_label(), "ok": store_ok},
-        "model": {"mode": rt.mode().as_str()},
+        "store": {"backend": svc.storage_label(), "ok": store_ok},
+        "model": {"mode": svc.mode().as_str()},
         "auth": if matches!(state.auth(), AuthMode::Local) { "local" } else { "token" },
-        "crisis_gate": {"semantic_signal": rt.semantic_on()},
+        "crisis_gate": {"semantic_signal": svc.semantic_signal()},
     });
     let status = if store_ok {
         StatusCode::OK
@@ -472,7 +466,7 @@ async fn chat(
     let (input, client_thread) = state
         .caller_input(&caller, req)
         .map_err(|e| reject(&state, e))?;
-    let rt = state.runtime(input.memory_mode).clone();
+    let svc = state.service(input.memory_mode);
     let guard = state.turn_guard();
     let started = Instant::now();
     // The turn runs in its own task: a timed-out or dropped request never
@@ -480,8 +474,8 @@ async fn chat(
     let handle = tokio::spawn(async move {
         let _guard = guard;
         match caller {
-            Caller::Owner(_) => rt.run_turn(input).await,
-            Caller::Unverified => rt.run_turn_without_storage(input, user_store_down()).await,
+            Caller::Owner(_) => svc.run_turn(input).await,
+            Caller::Unverified => svc.run_turn_without_storage(input, user_store_down()).await,
         }
     });
     match handle.await {
@@ -509,7 +503,7 @@ pub(crate) fn turn_events(
     client_thread: String,
 ) -> impl Stream<Item = Value> + Send + use<> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Value>(64);
-    let rt = state.runtime(input.memory_mode).clone();
+    let svc = state.service(input.memory_mode);
     let guard = state.turn_guard();
     let state = state.clone();
     let verified = matches!(caller, Caller::Owner(_));
@@ -517,9 +511,9 @@ pub(crate) fn turn_events(
         let _guard = guard;
         let started = Instant::now();
         let events = if verified {
-            rt.run_turn_stream(input).boxed()
+            svc.stream_turn(input).boxed()
         } else {
-            rt.run_turn_stream_without_storage(input, user_store_down())
+            svc.stream_turn_without_storage(input, user_store_down())
                 .boxed()
         };
         let mut events = events;
@@ -604,12 +598,6 @@ pub struct HistoryQuery {
     pub before: Option<u64>,
 }
 
-/// How many storage rows the progress view scans to find an owner's
-/// threads (the thread list pages by owner instead).
-const THREAD_SCAN: usize = 10_000;
-/// How many of an owner's most recent threads the progress view reads.
-const PROGRESS_THREADS: usize = 100;
-
 /// The client's thread cursor: hex of `TIME ID` (the last thread's update
 /// time in RFC 3339 with nanoseconds and its client-facing id). Opaque to
 /// clients; the owner is never in it (it comes from the token).
@@ -690,16 +678,14 @@ async fn list_threads(
         .transpose()?;
     let prefix = storage_thread_id(&owner.0, "");
     let page = state
-        .runtime(MemoryMode::Persistent)
-        .stores()
-        .threads
-        .list_threads_page(Some(&owner.0), limit, after.as_ref())
+        .service(MemoryMode::Persistent)
+        .threads(Some(&owner.0), limit, after.as_ref())
         .await?;
     let list: Vec<Value> = page
         .threads
         .into_iter()
         .filter_map(|t| {
-            let id = t.thread_id.strip_prefix(&prefix)?.to_owned();
+            let id = unscoped_thread_id(&owner.0, &t.thread_id)?.to_owned();
             Some(json!({"thread_id": id, "turn_count": t.turn_count, "message_count": t.message_count, "updated_at": t.updated_at}))
         })
         .collect();
@@ -717,10 +703,8 @@ async fn load_owned(
 ) -> Result<(String, opencouch_store::ThreadSnapshot), ApiError> {
     let thread = scoped_thread(owner, id)?;
     let snap = state
-        .runtime(MemoryMode::Persistent)
-        .stores()
-        .threads
-        .load(&thread, 0)
+        .service(MemoryMode::Persistent)
+        .thread(&thread)
         .await?;
     snap.map(|s| (thread, s))
         .ok_or_else(|| ApiError::not_found("thread"))
@@ -748,9 +732,7 @@ async fn thread_history(
     let (thread, _) = load_owned(&state, &owner, &id).await?;
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let rows = state
-        .runtime(MemoryMode::Persistent)
-        .stores()
-        .threads
+        .service(MemoryMode::Persistent)
         .history(&thread, limit, q.before)
         .await?;
     // Older messages remain when this page does not start at index 0.
@@ -785,11 +767,9 @@ async fn session_status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let (thread, _) = load_owned(&state, &owner, &id).await?;
-    let rt = state.runtime(MemoryMode::Persistent);
-    let status = rt
-        .stores()
-        .sessions
-        .status(&thread, chrono::Utc::now(), rt.options().session_timeout)
+    let status = state
+        .service(MemoryMode::Persistent)
+        .session_status(&thread)
         .await?;
     use opencouch_store::SessionStatus as St;
     let name = match status {
@@ -822,18 +802,16 @@ async fn end_thread(
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: EndRequest = parse_json(&body, true).map_err(|e| reject(&state, e))?;
-    let rt = state
-        .runtime(req.memory_mode.unwrap_or(MemoryMode::Persistent))
-        .clone();
+    let svc = state.service(req.memory_mode.unwrap_or(MemoryMode::Persistent));
     let thread = scoped_thread(&owner, &id)?;
-    if rt.stores().threads.load(&thread, 0).await?.is_none() {
+    if svc.thread(&thread).await?.is_none() {
         return Err(ApiError::not_found("thread"));
     }
     let guard = state.turn_guard();
     let owner_id = owner.0.clone();
     let handle = tokio::spawn(async move {
         let _guard = guard;
-        rt.end_session(
+        svc.end_session(
             &thread,
             Some(&owner_id),
             req.feedback,
@@ -864,22 +842,23 @@ async fn end_thread(
     }))
 }
 
-fn control_error(e: ControlError) -> ApiError {
+fn control_error(e: ServiceError) -> ApiError {
+    use opencouch_memory::control::ControlError;
     match e {
-        ControlError::IndexOutOfRange { .. } => ApiError::not_found("memory item"),
-        ControlError::Backend(_) => {
+        ServiceError::Memory(ControlError::IndexOutOfRange { .. }) => {
+            ApiError::not_found("memory item")
+        }
+        ServiceError::Memory(ControlError::Backend(_)) | ServiceError::Store(_) => {
             tracing::error!(error = %e, "memory backend error");
             ApiError::unavailable("storage_unavailable", "storage is unavailable")
         }
-        other => ApiError::bad_request("invalid_memory_action", other.to_string()),
-    }
-}
-
-fn control_ctx(owner: &Owner) -> ControlContext<'_> {
-    ControlContext {
-        owner_id: Some(&owner.0),
-        memory_mode: MemoryMode::Persistent,
-        now: chrono::Utc::now(),
+        ServiceError::Runtime(e) => e.into(),
+        ServiceError::Memory(other) => {
+            ApiError::bad_request("invalid_memory_action", other.to_string())
+        }
+        ServiceError::Incognito => {
+            ApiError::bad_request("invalid_memory_action", ServiceError::Incognito.to_string())
+        }
     }
 }
 
@@ -887,13 +866,16 @@ async fn memory_status(
     State(state): State<AppState>,
     owner: Owner,
 ) -> Result<Json<Value>, ApiError> {
-    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
-    let snap = svc.snapshot(&owner.0).await.map_err(control_error)?;
+    let status = state
+        .service(MemoryMode::Persistent)
+        .memory_status(&owner.0)
+        .await
+        .map_err(control_error)?;
     Ok(Json(json!({
         "memory_mode": "persistent",
         "owner_id": owner.0,
-        "counts": {"semantic": snap.facts.len(), "episodic": snap.sessions.len(), "procedural": snap.rules.len()},
-        "proactive_recall_enabled": snap.proactive_recall_enabled,
+        "counts": {"semantic": status.facts, "episodic": status.sessions, "procedural": status.rules},
+        "proactive_recall_enabled": status.proactive_recall,
     })))
 }
 
@@ -911,20 +893,14 @@ async fn memory_recall(
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: RecallRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
-    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
+    let svc = state.service(MemoryMode::Persistent);
     let out = svc
-        .handle(
-            &control_ctx(&owner),
-            MemoryAction::SetRecall {
-                enabled: req.enabled,
-            },
-            None,
-        )
+        .set_recall(&owner.0, req.enabled)
         .await
         .map_err(control_error)?;
-    let snap = svc.snapshot(&owner.0).await.map_err(control_error)?;
+    let status = svc.memory_status(&owner.0).await.map_err(control_error)?;
     Ok(Json(
-        json!({"owner_id": owner.0, "proactive_recall_enabled": snap.proactive_recall_enabled, "detail": out.reply}),
+        json!({"owner_id": owner.0, "proactive_recall_enabled": status.proactive_recall, "detail": out.reply}),
     ))
 }
 
@@ -943,21 +919,21 @@ async fn memory_list(
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let kind = target_kind(&kind).ok_or_else(|| ApiError::not_found("memory list"))?;
-    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
-    let snap = svc.snapshot(&owner.0).await.map_err(control_error)?;
-    let rows = match kind {
-        TargetKind::Fact => snap.facts,
-        TargetKind::Session => snap.sessions,
-        TargetKind::Rule => snap.rules,
-    };
+    let rows = state
+        .service(MemoryMode::Persistent)
+        .memory_list(&owner.0, kind)
+        .await
+        .map_err(control_error)?;
     let list: Vec<Value> = rows
         .into_iter()
         .enumerate()
-        .map(|(i, (_, preview))| json!({"index": i + 1, "text": preview}))
+        .map(|(i, preview)| json!({"index": i + 1, "text": preview}))
         .collect();
     Ok(Json(Value::Array(list)))
 }
 
+/// `DELETE /api/memory/{kind}/{n}`: the request is the confirmation, so
+/// the prepared deletion is confirmed at once (the page asked first).
 async fn memory_delete(
     State(state): State<AppState>,
     owner: Owner,
@@ -969,77 +945,47 @@ async fn memory_delete(
         .ok()
         .filter(|i| *i >= 1)
         .ok_or_else(|| ApiError::not_found("memory item"))?;
-    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
-    let ctx = control_ctx(&owner);
+    let svc = state.service(MemoryMode::Persistent);
     let prepared = svc
-        .handle(
-            &ctx,
-            MemoryAction::ForgetByIndex {
-                target_kind: kind,
-                target_index: index,
-            },
-            None,
-        )
+        .forget_prepare(&owner.0, kind, index)
         .await
         .map_err(control_error)?;
-    let PendingChange::Set(pending) = prepared.pending else {
+    let Some(pending) = prepared.pending else {
         return Err(ApiError::not_found("memory item"));
     };
     let done = svc
-        .handle(&ctx, MemoryAction::ConfirmPending, Some(&pending))
+        .forget_confirm(&owner.0, &pending)
         .await
         .map_err(control_error)?;
-    Ok(Json(
-        json!({"deleted": done.side_effect, "detail": done.reply}),
-    ))
+    Ok(Json(json!({"deleted": done.changed, "detail": done.reply})))
 }
 
 async fn memory_progress(
     State(state): State<AppState>,
     owner: Owner,
 ) -> Result<Json<Value>, ApiError> {
-    let rt = state.runtime(MemoryMode::Persistent);
-    let backend = opencouch_runtime::memory::backend(rt);
-    let mut arcs = opencouch_memory::backend::visible_arcs(&backend, &owner.0)
+    let progress = state
+        .service(MemoryMode::Persistent)
+        .progress(&owner.0)
         .await
-        .map_err(|e| control_error(ControlError::Backend(e)))?;
-    arcs.sort_by_key(|a| a.started_at);
-    let sessions: Vec<Value> = arcs
+        .map_err(control_error)?;
+    let sessions: Vec<Value> = progress
+        .sessions
         .iter()
         .map(|a| {
             json!({
                 "started_at": a.started_at,
                 "ended_at": a.ended_at,
                 "turn_count": a.turn_count,
-                "mood_opened": a.mood_arc.opened,
-                "mood_closed": a.mood_arc.closed,
-                "score_opened": crate::progress::mood_score(&a.mood_arc.opened),
-                "score_closed": crate::progress::mood_score(&a.mood_arc.closed),
+                "mood_opened": a.mood_opened,
+                "mood_closed": a.mood_closed,
+                "score_opened": crate::progress::mood_score(&a.mood_opened),
+                "score_closed": crate::progress::mood_score(&a.mood_closed),
             })
         })
         .collect();
-    // Exercises: those of ended sessions are kept on their arcs; those of
-    // sessions still open are in the threads' live progress.
-    let mut counts: HashMap<String, u64> = HashMap::new();
-    for ex in arcs.iter().flat_map(|a| &a.exercises_completed) {
-        *counts.entry(ex.clone()).or_default() += 1;
-    }
-    let prefix = storage_thread_id(&owner.0, "");
-    let threads = rt.stores().threads.list_threads(THREAD_SCAN).await?;
-    for t in threads
-        .iter()
-        .filter(|t| t.thread_id.starts_with(&prefix))
-        .take(PROGRESS_THREADS)
-    {
-        if let Some(snap) = rt.stores().threads.load(&t.thread_id, 0).await? {
-            for ex in &snap.state.session_progress.exercises_completed {
-                *counts.entry(ex.clone()).or_default() += 1;
-            }
-        }
-    }
-    let mut exercises: Vec<(String, u64)> = counts.into_iter().collect();
-    exercises.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let exercises: Vec<Value> = exercises
+    let exercises: Vec<Value> = progress
+        .exercises_completed
         .into_iter()
         .map(|(id, count)| json!({"id": id, "name": crate::progress::exercise_name(&id), "count": count}))
         .collect();

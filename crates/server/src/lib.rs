@@ -140,6 +140,11 @@ impl AppState {
         }
     }
 
+    /// The service API of the runtime for `mode`: what every handler calls.
+    pub fn service(&self, mode: MemoryMode) -> opencouch_runtime::Service {
+        self.runtime(mode).service()
+    }
+
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
@@ -189,13 +194,7 @@ impl AppState {
         {
             return ok;
         }
-        let ok = self
-            .runtime(MemoryMode::Persistent)
-            .stores()
-            .threads
-            .list_threads(1)
-            .await
-            .is_ok();
+        let ok = self.service(MemoryMode::Persistent).store_ok().await;
         *cached = Some((Instant::now(), ok));
         ok
     }

@@ -79,6 +79,23 @@ impl PlanKind {
     }
 }
 
+/// The plan kind a triage route asks for (triage never chooses crisis).
+impl From<TriageRoute> for PlanKind {
+    fn from(route: TriageRoute) -> Self {
+        match route {
+            TriageRoute::Therapeutic => PlanKind::Therapeutic,
+            TriageRoute::MemoryControl => PlanKind::MemoryControl,
+            TriageRoute::GroundedLookup => PlanKind::GroundedLookup,
+            TriageRoute::GuidedExercise => PlanKind::GuidedExercise,
+        }
+    }
+}
+
+/// The public route a triage route ends on.
+fn public_route(route: TriageRoute) -> Route {
+    PlanKind::from(route).route()
+}
+
 /// The resolved plan for one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutePlan {
@@ -127,7 +144,7 @@ pub fn resolve(
     let Some(t) = triage else {
         return base(PlanKind::Therapeutic, ResponseStyle::Supportive);
     };
-    let wanted = t.route.kind();
+    let wanted = PlanKind::from(t.route);
     let blocking = t.clarification_needed && t.clarification_kind == ClarificationKind::Blocking;
     let low = t.confidence == Confidence::Low && !t.clarification_needed;
     if blocking || low {
@@ -139,8 +156,8 @@ pub fn resolve(
             } else {
                 FlowAction::None
             },
-            tentative_route: Some(t.route.public()),
-            secondary_route: t.secondary_route.map(TriageRoute::public),
+            tentative_route: Some(public_route(t.route)),
+            secondary_route: t.secondary_route.map(public_route),
             clarification_kind: if blocking {
                 ClarificationKind::Blocking
             } else {
@@ -165,7 +182,7 @@ pub fn resolve(
         ),
     };
     plan.clarification_kind = soft;
-    plan.secondary_route = t.secondary_route.map(TriageRoute::public);
+    plan.secondary_route = t.secondary_route.map(public_route);
     plan.flow_action = match (exercise_active, plan.kind, t.active_flow_action) {
         (false, PlanKind::GuidedExercise, _) => FlowAction::Start,
         (false, _, _) => FlowAction::None,

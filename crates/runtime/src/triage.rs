@@ -5,10 +5,8 @@
 //! Triage never classifies crisis: it only runs after the gate said 0.
 
 use opencouch_core::state::{ClarificationKind, FlowAction};
-use opencouch_core::{Confidence, Message, ResponseStyle, Route, string_enum};
+use opencouch_core::{Confidence, Message, ResponseStyle, string_enum};
 use serde::{Deserialize, Serialize};
-
-use crate::plan::PlanKind;
 
 string_enum! {
     /// The routes triage may choose (never crisis).
@@ -17,20 +15,6 @@ string_enum! {
         MemoryControl = "memory_control",
         GroundedLookup = "grounded_lookup",
         GuidedExercise = "guided_exercise",
-    }
-}
-
-impl TriageRoute {
-    pub fn kind(self) -> PlanKind {
-        match self {
-            TriageRoute::Therapeutic => PlanKind::Therapeutic,
-            TriageRoute::MemoryControl => PlanKind::MemoryControl,
-            TriageRoute::GroundedLookup => PlanKind::GroundedLookup,
-            TriageRoute::GuidedExercise => PlanKind::GuidedExercise,
-        }
-    }
-    pub fn public(self) -> Route {
-        self.kind().route()
     }
 }
 

@@ -9,51 +9,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use opencouch_core::ModelTier;
 use opencouch_llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec,
 };
 use serde_json::{Value, json};
 
-use crate::tools::ToolContext;
+use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum model rounds that may request tools before a final text reply is
 /// forced.
 pub const MAX_TOOL_ROUNDS: usize = 3;
-
-/// Error of a tool call; becomes a JSON error result for the model.
-#[derive(Debug, Clone, thiserror::Error, PartialEq)]
-pub enum ToolError {
-    #[error("invalid arguments: {0}")]
-    InvalidArguments(String),
-    #[error("refused: {0}")]
-    Refused(&'static str),
-    #[error("tool failed: {0}")]
-    Failed(String),
-}
-
-impl ToolError {
-    /// The JSON the model sees.
-    pub fn to_json(&self) -> Value {
-        match self {
-            ToolError::InvalidArguments(m) => {
-                json!({"ok": false, "error": "invalid_arguments", "detail": m})
-            }
-            ToolError::Refused(code) => json!({"ok": false, "error": code}),
-            ToolError::Failed(m) => json!({"ok": false, "error": "tool_failed", "detail": m}),
-        }
-    }
-}
-
-/// A tool: a service callable from text turns and voice alike.
-#[async_trait]
-pub trait Tool: Send + Sync {
-    /// The function schema offered to the model.
-    fn spec(&self) -> ToolSpec;
-    /// Runs the tool. `ctx` carries owner, memory mode and turn effects.
-    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
-}
 
 /// One executed tool call, for diagnostics (never arguments or results).
 #[derive(Debug, Clone, PartialEq)]

@@ -14,12 +14,12 @@ use opencouch_llm::ToolSpec;
 use opencouch_prompts::Specialist;
 use serde_json::{Value, json};
 
-use crate::agent::{Tool, ToolError, Toolbox, run_tool_loop};
+use crate::agent::{Toolbox, run_tool_loop};
 use crate::runtime::Runtime;
 use crate::specialists::{
     SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context,
 };
-use crate::tools::{ToolContext, str_arg};
+use crate::tools::{Tool, ToolContext, ToolError, str_arg};
 
 pub const LIST_TOOL: &str = "list_guided_exercise_skills";
 pub const LOAD_TOOL: &str = "load_guided_exercise_skill";

@@ -404,7 +404,7 @@ pub struct MemoryTool {
 }
 
 #[async_trait]
-impl crate::agent::Tool for MemoryTool {
+impl crate::tools::Tool for MemoryTool {
     fn spec(&self) -> opencouch_llm::ToolSpec {
         self.spec.clone()
     }
@@ -413,7 +413,7 @@ impl crate::agent::Tool for MemoryTool {
         &self,
         ctx: &crate::tools::ToolContext,
         args: serde_json::Value,
-    ) -> Result<serde_json::Value, crate::agent::ToolError> {
+    ) -> Result<serde_json::Value, crate::tools::ToolError> {
         let service = control_service(&self.rt);
         let tctx = opencouch_memory::control::ToolContext {
             owner_id: Some(ctx.owner_id.as_str()),
@@ -444,7 +444,7 @@ impl crate::agent::Tool for MemoryTool {
 pub(crate) fn memory_tools(
     rt: &Runtime,
     pending: Option<&serde_json::Value>,
-) -> Vec<Arc<dyn crate::agent::Tool>> {
+) -> Vec<Arc<dyn crate::tools::Tool>> {
     let pending = pending_from_state(pending);
     opencouch_memory::control::tool_specs(rt.memory_mode())
         .iter()
@@ -453,7 +453,7 @@ pub(crate) fn memory_tools(
                 spec: crate::tools::spec_from_json(v),
                 rt: rt.clone(),
                 pending: pending.clone(),
-            }) as Arc<dyn crate::agent::Tool>
+            }) as Arc<dyn crate::tools::Tool>
         })
         .collect()
 }

@@ -26,14 +26,14 @@ use opencouch_core::state::CrisisEpisode;
 use opencouch_safety::episode::{FollowUpDecision, ReplyKind};
 use opencouch_safety::plan::{FollowUpContext, FollowUpMessage, build_follow_up_plan};
 
-use crate::agent::{LoopOutcome, Tool, Toolbox, run_tool_loop};
+use crate::agent::{LoopOutcome, Toolbox, run_tool_loop};
 use crate::gate::GateVerdict;
 use crate::memory::LoadedMemory;
 use crate::plan::{PlanKind, RoutePlan};
 use crate::runtime::Runtime;
 use crate::tools::{
     AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill,
-    LookupCrisisResources, ToolContext, TurnEffects, crisis_lookup_in,
+    LookupCrisisResources, Tool, ToolContext, TurnEffects, crisis_lookup_in,
 };
 use crate::triage::TriageDecision;
 

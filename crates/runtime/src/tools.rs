@@ -1,4 +1,5 @@
-//! Tools: services callable from text turns and (later) voice alike.
+//! Tools: services callable from text turns and (later) voice alike, and
+//! the interface they share ([`Tool`], [`ToolError`], [`ToolContext`]).
 //!
 //! Each tool receives a [`ToolContext`] with the owner, memory mode and the
 //! turn's effects, never a text-only context, so the same implementation can
@@ -12,7 +13,38 @@ use opencouch_core::{Channel, CrisisAssessment, MemoryMode, Message};
 use opencouch_llm::ToolSpec;
 use serde_json::{Value, json};
 
-use crate::agent::{Tool, ToolError};
+/// Error of a tool call; becomes a JSON error result for the model.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("refused: {0}")]
+    Refused(&'static str),
+    #[error("tool failed: {0}")]
+    Failed(String),
+}
+
+impl ToolError {
+    /// The JSON the model sees.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ToolError::InvalidArguments(m) => {
+                json!({"ok": false, "error": "invalid_arguments", "detail": m})
+            }
+            ToolError::Refused(code) => json!({"ok": false, "error": code}),
+            ToolError::Failed(m) => json!({"ok": false, "error": "tool_failed", "detail": m}),
+        }
+    }
+}
+
+/// A tool: a service callable from text turns and voice alike.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The function schema offered to the model.
+    fn spec(&self) -> ToolSpec;
+    /// Runs the tool. `ctx` carries owner, memory mode and turn effects.
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+}
 
 /// Everything a tool may know about the turn.
 #[derive(Debug)]

@@ -153,7 +153,7 @@ impl Tool for RecordProgress {
         let transition = exercise
             .transition(&self.state, outcome, step)
             .map_err(|_| ToolError::Refused("step_mismatch"))?;
-        let kind = transition_kind(&transition);
+        let kind = transition.kind();
         ctx.with_effects(|e| {
             e.exercise_progress = Some(ProgressRequest {
                 outcome,
@@ -161,17 +161,6 @@ impl Tool for RecordProgress {
             })
         });
         Ok(json!({"ok": true, "action": kind.as_str()}))
-    }
-}
-
-pub fn transition_kind(t: &Transition) -> TransitionKind {
-    match t {
-        Transition::Advance(_) => TransitionKind::Advance,
-        Transition::Completed => TransitionKind::Complete,
-        Transition::Hold(_) => TransitionKind::Hold,
-        Transition::Simplify(_) => TransitionKind::Simplify,
-        Transition::Cancel => TransitionKind::Cancel,
-        Transition::Crisis => TransitionKind::Crisis,
     }
 }
 
@@ -350,7 +339,7 @@ async fn continue_step(
         }
     };
     diag.set("exercise_step_outcome", step_outcome.as_str());
-    diag.set("exercise_transition", transition_kind(&transition).as_str());
+    diag.set("exercise_transition", transition.kind().as_str());
 
     // Remember this step's replies (items can be named over several turns).
     let key = format!("{}#{}", state.exercise_type, state.exercise_step_id);

@@ -436,20 +436,12 @@ fn resources_json(lookup: &opencouch_safety::ResourceLookup) -> Vec<Value> {
         .collect()
 }
 
-/// The verified resources as plain lines (names and numbers verbatim).
+/// The verified resources as plain lines (names and numbers verbatim):
+/// phone and text as in the crisis reply, then always the web address.
 fn resource_block(lookup: &opencouch_safety::ResourceLookup) -> String {
     let mut lines = Vec::new();
     for r in &lookup.resources {
-        let mut parts = Vec::new();
-        if let Some(p) = &r.phone {
-            parts.push(format!("call {p}"));
-        }
-        if let Some(t) = &r.text {
-            match &r.text_keyword {
-                Some(k) => parts.push(format!("text {k} to {t}")),
-                None => parts.push(format!("text {t}")),
-            }
-        }
+        let mut parts = opencouch_safety::plan::contact_methods(r);
         parts.push(r.url.clone());
         lines.push(format!("- {}: {}", r.name, parts.join(", ")));
     }

@@ -251,7 +251,11 @@ fn minimal_plan(risk: RiskLabel, lookup: &ResourceLookup) -> CrisisResponsePlan 
     }
 }
 
-fn format_resource(r: &CrisisResource) -> String {
+/// How to reach a resource by phone and text, with names and numbers
+/// verbatim from the directory: `call N`, then `text K to N` (or `text N`).
+/// The crisis reply lines and the runtime's resource block both start from
+/// these.
+pub fn contact_methods(r: &CrisisResource) -> Vec<String> {
     let mut parts = Vec::new();
     if let Some(p) = &r.phone {
         parts.push(format!("call {p}"));
@@ -262,6 +266,11 @@ fn format_resource(r: &CrisisResource) -> String {
             None => parts.push(format!("text {t}")),
         }
     }
+    parts
+}
+
+fn format_resource(r: &CrisisResource) -> String {
+    let mut parts = contact_methods(r);
     if let Some(c) = &r.chat_url {
         parts.push(format!("chat at {c}"));
     }

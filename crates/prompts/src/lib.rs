@@ -7,6 +7,8 @@
 //!   the style / approach choosers ([`choose_style`], [`choose_approach`]).
 //! - [`grounded`]: the offline grounded-lookup provider and lookup rules.
 //! - [`sanitize`]: [`strip_pseudo_tool_calls`] for model prose.
+//! - [`tools`]: the tool registry (names, schemas, which turns and memory
+//!   modes offer each tool).
 //! - [`redact`]: [`redact_value`] for logs and diagnostics.
 //! - [`memory`]: prompts of the model-assisted memory write policy.
 //!
@@ -27,6 +29,7 @@ pub mod sanitize;
 pub mod skills;
 pub mod sources;
 mod text;
+pub mod tools;
 
 pub use choose::{choose_approach, choose_style};
 pub use error::PromptError;
@@ -42,6 +45,7 @@ pub use skills::{
     response_skill_tool_spec,
 };
 pub use sources::{InstructionSpec, Specialist, compose_instructions, defang};
+pub use tools::{ToolDef, Toolset};
 
 /// Parses and checks every embedded data file. Returns the first problem.
 /// The test suite guarantees this is `Ok` for a released build; the runtime

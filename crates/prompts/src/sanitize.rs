@@ -1,30 +1,19 @@
 //! Removes pseudo tool-call text that some models emit at the start of
 //! plain prose (a `<tool_call>…</tool_call>` block, or a JSON object naming
-//! a tool), so it never reaches the person.
+//! a tool), so it never reaches the person. The tool names it knows come
+//! from the tool registry ([`crate::tools`]).
 
 use serde_json::Value;
 
-/// Tool names the runtime exposes; a leading JSON object naming one of them
-/// is treated as a pseudo tool call even without an arguments field.
-pub const KNOWN_TOOLS: &[&str] = &[
-    "wait_for_user",
-    "show_memory_status",
-    "load_therapeutic_response_skill",
-    "answer_grounded_lookup",
-    "lookup_crisis_resources",
-    "get_crisis_support_template",
-    "list_guided_exercise_skills",
-    "load_guided_exercise_skill",
-    "record_guided_exercise_progress",
-    "show_saved_memory",
-    "recall_saved_memory",
-    "save_response_preference",
-    "set_proactive_memory_recall",
-    "prepare_memory_deletion_by_index",
-    "prepare_memory_deletion_by_query",
-    "confirm_memory_deletion",
-    "cancel_memory_deletion",
-];
+/// A tool name models emit that the registry ([`crate::tools`]) does not
+/// hold; a leading JSON object naming it is stripped all the same.
+const UNREGISTERED_TOOL_NAMES: &[&str] = &["wait_for_user"];
+
+/// Whether `name` is a tool name we know: a registered tool, or one of
+/// [`UNREGISTERED_TOOL_NAMES`].
+fn is_known_tool(name: &str) -> bool {
+    crate::tools::is_registered(name) || UNREGISTERED_TOOL_NAMES.contains(&name)
+}
 
 const OPEN_TAG: &str = "<tool_call>";
 const CLOSE_TAG: &str = "</tool_call>";
@@ -56,7 +45,7 @@ fn names_a_tool(v: &Value) -> bool {
     let has_args = ["arguments", "parameters", "args", "input"]
         .iter()
         .any(|k| obj.contains_key(*k));
-    name.is_some_and(|n| KNOWN_TOOLS.contains(&n) || (has_args && is_identifier(n)))
+    name.is_some_and(|n| is_known_tool(n) || (has_args && is_identifier(n)))
 }
 
 /// Parses one JSON value at the start of `text`; returns it and the rest.
@@ -117,6 +106,22 @@ pub fn strip_pseudo_tool_calls(text: &str) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leading `{"name": …}` with no arguments is a pseudo tool call only
+    /// for known names: every registered tool is one, an ordinary word is not.
+    #[test]
+    fn every_registered_tool_is_known() {
+        let names = crate::tools::TOOLS
+            .iter()
+            .map(|t| t.name)
+            .chain(UNREGISTERED_TOOL_NAMES.iter().copied());
+        for name in names {
+            let (out, stripped) = strip_pseudo_tool_calls(&format!("{{\"name\": \"{name}\"}} Hi."));
+            assert_eq!((out.as_str(), stripped), ("Hi.", true), "{name}");
+        }
+        let (_, stripped) = strip_pseudo_tool_calls("{\"name\": \"sam\"} Hi.");
+        assert!(!stripped);
+    }
 
     #[test]
     fn strip_table() {

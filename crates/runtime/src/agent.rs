@@ -1,18 +1,20 @@
 //! Specialists as agent definitions, and our own bounded tool loop.
 //!
 //! A specialist is data: instructions (composed per turn from prompt
-//! sources), a fixed tool list, a model tier. [`run_tool_loop`] drives the
-//! model for at most [`MAX_TOOL_ROUNDS`] rounds, executes the tools the
-//! model asks for (only those attached), feeds results back, and records
-//! every call. The loop never decides routing: the runtime does.
+//! sources), a fixed tool list (its [`Toolset`] in the tool registry), a
+//! model tier. [`run_tool_loop`] drives the model for at most
+//! [`MAX_TOOL_ROUNDS`] rounds, executes the tools the model asks for (only
+//! those attached), feeds results back, and records every call. The loop
+//! never decides routing: the runtime does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use opencouch_core::ModelTier;
+use opencouch_core::{MemoryMode, ModelTier};
 use opencouch_llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec,
 };
+use opencouch_prompts::tools::Toolset;
 use serde_json::{Value, json};
 
 use crate::tools::{Tool, ToolContext, ToolError};
@@ -53,6 +55,34 @@ impl Toolbox {
         Toolbox {
             tools: tools.into_iter().map(|t| (t.spec().name, t)).collect(),
         }
+    }
+
+    /// The tools the registry gives `toolset` in memory mode `mode`, each
+    /// built by `implement` (which returns `None` for a name it does not
+    /// implement: the tool is then left out and the error logged).
+    pub fn offered(
+        toolset: Toolset,
+        mode: MemoryMode,
+        implement: impl Fn(&str) -> Option<Arc<dyn Tool>>,
+    ) -> Self {
+        Toolbox::new(
+            opencouch_prompts::tools::offered(toolset, mode).filter_map(|def| {
+                let tool = implement(def.name);
+                if tool.is_none() {
+                    tracing::error!(
+                        tool = def.name,
+                        ?toolset,
+                        "registered tool has no implementation"
+                    );
+                }
+                tool
+            }),
+        )
+    }
+
+    /// The names of the attached tools, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
     }
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()

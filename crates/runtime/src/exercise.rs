@@ -12,6 +12,9 @@ use opencouch_core::{Approach, Diagnostics, ModelTier, ResponseStyle};
 use opencouch_exercises::{Catalog, Exercise};
 use opencouch_llm::ToolSpec;
 use opencouch_prompts::Specialist;
+use opencouch_prompts::tools::{
+    LIST_EXERCISES, LOAD_EXERCISE_SKILL, RECORD_EXERCISE_PROGRESS, Toolset,
+};
 use serde_json::{Value, json};
 
 use crate::agent::{Toolbox, run_tool_loop};
@@ -19,11 +22,7 @@ use crate::runtime::Runtime;
 use crate::specialists::{
     SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context,
 };
-use crate::tools::{Tool, ToolContext, ToolError, str_arg};
-
-pub const LIST_TOOL: &str = "list_guided_exercise_skills";
-pub const LOAD_TOOL: &str = "load_guided_exercise_skill";
-pub const RECORD_TOOL: &str = "record_guided_exercise_progress";
+use crate::tools::{Tool, ToolContext, ToolError, registry_spec, str_arg};
 
 /// A progress report from the model that the runtime accepted.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,17 +54,7 @@ pub struct ListExercises;
 #[async_trait]
 impl Tool for ListExercises {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            LIST_TOOL,
-            "List the guided exercises available on this channel (metadata only). Use it to offer an exercise; \
-             never start one without the person's explicit yes.",
-            json!({
-                "type": "object",
-                "properties": {"approach": {"type": ["string", "null"], "description": "Optional approach filter."}},
-                "required": ["approach"],
-                "additionalProperties": false
-            }),
-        )
+        registry_spec(LIST_EXERCISES)
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
@@ -93,11 +82,7 @@ pub struct LoadExerciseSkill {
 #[async_trait]
 impl Tool for LoadExerciseSkill {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            LOAD_TOOL,
-            "Load the guidance block for the current step of the active exercise (chosen by the app).",
-            json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
-        )
+        registry_spec(LOAD_EXERCISE_SKILL)
     }
 
     async fn call(&self, _ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
@@ -114,20 +99,7 @@ pub struct RecordProgress {
 #[async_trait]
 impl Tool for RecordProgress {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            RECORD_TOOL,
-            "Record how the person's latest reply changes the active exercise step. Prefer hold when unsure.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "outcome": {"type": "string", "enum": ["complete", "partial", "hold", "stuck", "exit", "unsafe"]},
-                    "expected_skill_id": {"type": "string"},
-                    "expected_step_id": {"type": "string"}
-                },
-                "required": ["outcome", "expected_skill_id", "expected_step_id"],
-                "additionalProperties": false
-            }),
-        )
+        registry_spec(RECORD_EXERCISE_PROGRESS)
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
@@ -161,6 +133,37 @@ impl Tool for RecordProgress {
             })
         });
         Ok(json!({"ok": true, "action": kind.as_str()}))
+    }
+}
+
+/// The exercise tools of one turn, by name: the step block and the state
+/// they are bound to.
+pub struct ExerciseTools {
+    /// What `load_guided_exercise_skill` returns.
+    pub block: String,
+    /// The state progress reports are validated against.
+    pub state: ExerciseState,
+}
+
+impl ExerciseTools {
+    /// The exercise tool called `name`; `None` for any other name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        let tool: Arc<dyn Tool> = match name {
+            LIST_EXERCISES => Arc::new(ListExercises),
+            LOAD_EXERCISE_SKILL => Arc::new(LoadExerciseSkill {
+                block: self.block.clone(),
+            }),
+            RECORD_EXERCISE_PROGRESS => Arc::new(RecordProgress {
+                state: self.state.clone(),
+            }),
+            _ => return None,
+        };
+        Some(tool)
+    }
+
+    /// The toolbox the registry gives `toolset`.
+    fn toolbox(&self, rt: &Runtime, toolset: Toolset) -> Toolbox {
+        Toolbox::offered(toolset, rt.memory_mode(), |name| self.get(name))
     }
 }
 
@@ -448,18 +451,16 @@ async fn model_turn(
         state.exercise_type,
         state.exercise_step_id
     ));
-    let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(LoadExerciseSkill { block }),
-        Arc::new(RecordProgress {
-            state: state.clone(),
-        }),
-    ];
+    let tools = ExerciseTools {
+        block,
+        state: state.clone(),
+    };
     let ctx = tool_context(rt, si);
     match run_tool_loop(
         model.as_ref(),
         si.input.response_model_tier,
         messages_for(&spec),
-        &Toolbox::new(tools),
+        &tools.toolbox(rt, Toolset::ExerciseStep),
         &ctx,
     )
     .await
@@ -472,7 +473,10 @@ async fn model_turn(
                 .collect();
             diag.set("openai_guided_exercise_tool_calls", Value::Array(names));
             let progress = ctx.with_effects(|e| e.exercise_progress.take()).flatten();
-            let refused = o.calls.iter().any(|c| c.name == RECORD_TOOL && !c.ok);
+            let refused = o
+                .calls
+                .iter()
+                .any(|c| c.name == RECORD_EXERCISE_PROGRESS && !c.ok);
             if refused {
                 diag.set("exercise_progress_refused", true);
             }
@@ -515,13 +519,16 @@ async fn word_with_model(
         "{}\nThe exercise is starting now; the person agreed to it.",
         context_line(state)
     ));
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadExerciseSkill { block })];
+    let tools = ExerciseTools {
+        block,
+        state: state.clone(),
+    };
     let ctx = tool_context(rt, si);
     match run_tool_loop(
         model.as_ref(),
         si.input.response_model_tier,
         messages_for(&spec),
-        &Toolbox::new(tools),
+        &tools.toolbox(rt, Toolset::ExerciseStart),
         &ctx,
     )
     .await

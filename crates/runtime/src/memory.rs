@@ -440,22 +440,35 @@ impl crate::tools::Tool for MemoryTool {
     }
 }
 
-/// The memory tools for the current mode (incognito: only the status tool).
-pub(crate) fn memory_tools(
-    rt: &Runtime,
-    pending: Option<&serde_json::Value>,
-) -> Vec<Arc<dyn crate::tools::Tool>> {
-    let pending = pending_from_state(pending);
-    opencouch_memory::control::tool_specs(rt.memory_mode())
-        .iter()
-        .map(|v| {
-            Arc::new(MemoryTool {
-                spec: crate::tools::spec_from_json(v),
-                rt: rt.clone(),
-                pending: pending.clone(),
-            }) as Arc<dyn crate::tools::Tool>
-        })
-        .collect()
+/// The memory tools of one turn, by name, over the shared service. Their
+/// schemas are the memory crate's for the runtime's memory mode (incognito:
+/// only the status tool); which of them a turn offers is the registry's.
+pub struct MemoryTools {
+    rt: Runtime,
+    pending: Option<opencouch_memory::control::PendingAction>,
+    specs: Vec<serde_json::Value>,
+}
+
+impl MemoryTools {
+    /// The tools over `rt`, with the stored pending action.
+    pub fn new(rt: &Runtime, pending: Option<&serde_json::Value>) -> Self {
+        MemoryTools {
+            rt: rt.clone(),
+            pending: pending_from_state(pending),
+            specs: opencouch_memory::control::tool_specs(rt.memory_mode()),
+        }
+    }
+
+    /// The memory tool called `name`; `None` for any other name, or one
+    /// the memory mode does not have.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn crate::tools::Tool>> {
+        let spec = self.specs.iter().find(|v| v["name"] == name)?;
+        Some(Arc::new(MemoryTool {
+            spec: crate::tools::spec_from_json(spec),
+            rt: self.rt.clone(),
+            pending: self.pending.clone(),
+        }))
+    }
 }
 
 const MEMORY_HELP: &str = "I can show what I remember (\"what do you remember about me?\"), tell you the memory \
@@ -516,7 +529,12 @@ pub(crate) async fn control_turn(
     diag.set("memory_control_path", "model_tools");
     let spec =
         crate::specialists::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
-    let toolbox = crate::agent::Toolbox::new(memory_tools(rt, stored));
+    let tools = MemoryTools::new(rt, stored);
+    let toolbox = crate::agent::Toolbox::offered(
+        opencouch_prompts::tools::Toolset::MemoryControl,
+        rt.memory_mode(),
+        |name| tools.get(name),
+    );
     let tctx = crate::specialists::tool_context(rt, si);
     match crate::agent::run_tool_loop(
         model.as_ref(),

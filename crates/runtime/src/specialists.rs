@@ -18,6 +18,7 @@ use opencouch_core::{
     AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState,
 };
 use opencouch_llm::{ChatMessage, ChatModel, LlmError};
+use opencouch_prompts::tools::{LOOKUP_CRISIS_RESOURCES, Toolset};
 use opencouch_prompts::{InstructionSpec, Specialist};
 use opencouch_store::ResponsePath;
 use serde_json::Value;
@@ -31,10 +32,7 @@ use crate::gate::GateVerdict;
 use crate::memory::LoadedMemory;
 use crate::plan::{PlanKind, RoutePlan};
 use crate::runtime::Runtime;
-use crate::tools::{
-    AnswerGroundedLookup, CrisisSupportTemplate, LOOKUP_CRISIS_RESOURCES, LoadResponseSkill,
-    LookupCrisisResources, Tool, ToolContext, TurnEffects, crisis_lookup_in,
-};
+use crate::tools::{ToolContext, TurnEffects, builtin_tool, crisis_lookup_in};
 use crate::triage::TriageDecision;
 
 /// What a specialist gets. Holding a [`GateVerdict`] is the proof that the
@@ -238,6 +236,12 @@ fn model(rt: &Runtime) -> Option<Arc<dyn ChatModel>> {
     rt.inner.model.clone()
 }
 
+/// The toolbox of one of the turns in this file (their tools are the
+/// stateless built-in ones).
+fn builtin_toolbox(rt: &Runtime, toolset: Toolset) -> Toolbox {
+    Toolbox::offered(toolset, rt.memory_mode(), builtin_tool)
+}
+
 fn note_model_failure(diag: &mut Diagnostics, e: &LlmError) {
     diag.set("openai_sdk_fallback_reason", e.kind());
     diag.set("openai_response_llm_override", false);
@@ -321,11 +325,7 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
     let ctx = tool_context(rt, si);
     let mut spec = instruction_spec(Specialist::Crisis, si);
     spec.style = Some(ResponseStyle::CrisisResponse);
-    let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(LookupCrisisResources),
-        Arc::new(CrisisSupportTemplate),
-    ];
-    let toolbox = Toolbox::new(tools);
+    let toolbox = builtin_toolbox(rt, Toolset::Crisis);
     diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
     let crisis_messages = || {
         let mut msgs = messages_for(&spec);
@@ -517,7 +517,7 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
                 m.as_ref(),
                 ModelTier::Control,
                 messages_for(&spec),
-                &Toolbox::default(),
+                &builtin_toolbox(rt, Toolset::CrisisClarification),
                 &ctx,
             )
             .await
@@ -602,8 +602,7 @@ async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcom
     if let Some(ex) = &si.state.exercise_state {
         spec.exercise_context = Some(crate::exercise::context_line(ex));
     }
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(LoadResponseSkill)];
-    let toolbox = Toolbox::new(tools);
+    let toolbox = builtin_toolbox(rt, Toolset::Therapeutic);
     let ctx = tool_context(rt, si);
     let tier = si.input.response_model_tier;
     match run_tool_loop(m.as_ref(), tier, messages_for(&spec), &toolbox, &ctx).await {
@@ -662,8 +661,7 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     };
     let ctx = tool_context(rt, si);
     let spec = instruction_spec(Specialist::GroundedLookup, si);
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(AnswerGroundedLookup)];
-    let toolbox = Toolbox::new(tools);
+    let toolbox = builtin_toolbox(rt, Toolset::GroundedLookup);
     diag.set(
         "openai_grounded_tool_expected",
         opencouch_prompts::GROUNDED_LOOKUP_TOOL,

@@ -5,12 +5,17 @@
 //! turn's effects, never a text-only context, so the same implementation can
 //! back the Realtime voice function tools. Tools only *request* state
 //! changes through [`TurnEffects`]; the runtime validates and applies them.
+//! Names and schemas come from the tool registry
+//! ([`opencouch_prompts::tools`]); which turn offers which tool is decided
+//! there too.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use opencouch_core::{Channel, CrisisAssessment, MemoryMode, Message};
 use opencouch_llm::ToolSpec;
+use opencouch_prompts::tools::{CRISIS_SUPPORT_TEMPLATE, LOOKUP_CRISIS_RESOURCES};
+use opencouch_prompts::{GROUNDED_LOOKUP_TOOL, RESPONSE_SKILL_TOOL};
 use serde_json::{Value, json};
 
 /// Error of a tool call; becomes a JSON error result for the model.
@@ -101,6 +106,31 @@ pub struct TurnEffects {
     pub pending_memory_action: opencouch_core::state::PendingUpdate,
 }
 
+/// The [`ToolSpec`] of a tool whose schema the registry holds (an empty
+/// schema under `name` if it does not, which the registry tests rule out).
+pub fn registry_spec(name: &str) -> ToolSpec {
+    match opencouch_prompts::tools::spec(name) {
+        Some(v) => spec_from_json(&v),
+        None => {
+            tracing::error!(tool = name, "tool has no schema in the registry");
+            ToolSpec::new(name, "", json!({"type": "object", "properties": {}}))
+        }
+    }
+}
+
+/// The stateless tools (crisis lookup and template, response skill,
+/// grounded lookup) by name; `None` for any other name.
+pub fn builtin_tool(name: &str) -> Option<Arc<dyn Tool>> {
+    let tool: Arc<dyn Tool> = match name {
+        LOOKUP_CRISIS_RESOURCES => Arc::new(LookupCrisisResources),
+        CRISIS_SUPPORT_TEMPLATE => Arc::new(CrisisSupportTemplate),
+        RESPONSE_SKILL_TOOL => Arc::new(LoadResponseSkill),
+        GROUNDED_LOOKUP_TOOL => Arc::new(AnswerGroundedLookup),
+        _ => return None,
+    };
+    Some(tool)
+}
+
 /// Builds a [`ToolSpec`] from a `{name, description, parameters}` object.
 pub fn spec_from_json(v: &Value) -> ToolSpec {
     ToolSpec::new(
@@ -125,25 +155,10 @@ pub(crate) fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
 /// location (never IP), from the reviewed directory.
 pub struct LookupCrisisResources;
 
-pub const LOOKUP_CRISIS_RESOURCES: &str = "lookup_crisis_resources";
-pub const CRISIS_TEMPLATE: &str = "get_crisis_support_template";
-
 #[async_trait]
 impl Tool for LookupCrisisResources {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            LOOKUP_CRISIS_RESOURCES,
-            "Find verified crisis lines for the person's own stated location. Call exactly once on a crisis turn. \
-             Never invent numbers: use only what this returns.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "location_hint": {"type": ["string", "null"], "description": "A country or city the person themself named, if any."}
-                },
-                "required": ["location_hint"],
-                "additionalProperties": false
-            }),
-        )
+        registry_spec(LOOKUP_CRISIS_RESOURCES)
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
@@ -204,12 +219,7 @@ pub struct CrisisSupportTemplate;
 #[async_trait]
 impl Tool for CrisisSupportTemplate {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            CRISIS_TEMPLATE,
-            "Load the crisis-response safety scaffold (opening, validation, one safety step, at most one question, \
-             what to avoid) for this turn.",
-            json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
-        )
+        registry_spec(CRISIS_SUPPORT_TEMPLATE)
     }
 
     async fn call(&self, ctx: &ToolContext, _args: Value) -> Result<Value, ToolError> {
@@ -232,7 +242,7 @@ pub struct LoadResponseSkill;
 #[async_trait]
 impl Tool for LoadResponseSkill {
     fn spec(&self) -> ToolSpec {
-        spec_from_json(&opencouch_prompts::response_skill_tool_spec())
+        registry_spec(RESPONSE_SKILL_TOOL)
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
@@ -250,7 +260,7 @@ pub struct AnswerGroundedLookup;
 #[async_trait]
 impl Tool for AnswerGroundedLookup {
     fn spec(&self) -> ToolSpec {
-        spec_from_json(&opencouch_prompts::grounded_lookup_tool_spec())
+        registry_spec(GROUNDED_LOOKUP_TOOL)
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {

@@ -1,0 +1,337 @@
+//! The tool registry: every tool a model can be offered, with its schema,
+//! the turns ([`Toolset`]) that offer it and the memory modes it exists in.
+//!
+//! One table, read by the pseudo-tool-call sanitizer (every registered name
+//! is stripped), by the runtime when it builds a specialist's toolbox, and
+//! later by the voice channel. Tools are offered only on the model path of a
+//! hybrid-mode turn; which tools a turn gets is decided here, never by a
+//! model.
+//!
+//! The memory tools' schemas stay in the memory crate
+//! (`crates/memory/data/memory_tools.json`, read by its dispatcher and intent
+//! gate too), which cannot depend on this crate: their entries here say so
+//! with [`Schema::MemoryCrate`], and a runtime test keeps the two lists equal.
+
+use opencouch_core::MemoryMode;
+use serde_json::{Value, json};
+
+use crate::grounded::{GROUNDED_LOOKUP_TOOL, grounded_lookup_tool_spec};
+use crate::skills::{RESPONSE_SKILL_TOOL, response_skill_tool_spec};
+use crate::sources::Specialist;
+
+/// Verified crisis lines for the person's own stated location.
+pub const LOOKUP_CRISIS_RESOURCES: &str = "lookup_crisis_resources";
+/// The deterministic crisis-response safety scaffold.
+pub const CRISIS_SUPPORT_TEMPLATE: &str = "get_crisis_support_template";
+/// The guided exercises available on a channel (metadata only).
+pub const LIST_EXERCISES: &str = "list_guided_exercise_skills";
+/// The guidance block of the active exercise step.
+pub const LOAD_EXERCISE_SKILL: &str = "load_guided_exercise_skill";
+/// A model's progress report on the active exercise step.
+pub const RECORD_EXERCISE_PROGRESS: &str = "record_guided_exercise_progress";
+
+/// The model turns that can be offered tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Toolset {
+    /// The crisis response (level ≥ 2).
+    Crisis,
+    /// The level-1 clarification: reflection plus one safety question, no
+    /// tools.
+    CrisisClarification,
+    /// An ordinary supportive turn.
+    Therapeutic,
+    /// A request for source-backed information.
+    GroundedLookup,
+    /// The first step of an exercise that starts this turn.
+    ExerciseStart,
+    /// A step of the active exercise.
+    ExerciseStep,
+    /// A memory-control request the deterministic parser did not read.
+    MemoryControl,
+}
+
+impl Toolset {
+    /// Every toolset.
+    pub const ALL: &'static [Toolset] = &[
+        Toolset::Crisis,
+        Toolset::CrisisClarification,
+        Toolset::Therapeutic,
+        Toolset::GroundedLookup,
+        Toolset::ExerciseStart,
+        Toolset::ExerciseStep,
+        Toolset::MemoryControl,
+    ];
+
+    /// The specialist whose instructions the turn is composed from.
+    pub const fn specialist(self) -> Specialist {
+        match self {
+            Toolset::Crisis | Toolset::CrisisClarification => Specialist::Crisis,
+            Toolset::Therapeutic => Specialist::Therapeutic,
+            Toolset::GroundedLookup => Specialist::GroundedLookup,
+            Toolset::ExerciseStart | Toolset::ExerciseStep => Specialist::GuidedExercise,
+            Toolset::MemoryControl => Specialist::MemoryControl,
+        }
+    }
+}
+
+/// Where a tool's function schema is defined.
+#[derive(Debug, Clone, Copy)]
+pub enum Schema {
+    /// Here: the `{name, description, parameters}` object.
+    Here(fn() -> Value),
+    /// In the memory crate's `data/memory_tools.json`
+    /// (`opencouch_memory::control::tool_specs`).
+    MemoryCrate,
+}
+
+/// One registered tool.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolDef {
+    /// The function name the model sees.
+    pub name: &'static str,
+    /// Its schema.
+    pub schema: Schema,
+    /// The turns that offer it (empty: registered, offered by no text turn).
+    pub toolsets: &'static [Toolset],
+    /// The memory modes it exists in.
+    pub modes: &'static [MemoryMode],
+}
+
+impl ToolDef {
+    /// The `{name, description, parameters}` object, when it is defined here.
+    pub fn spec(&self) -> Option<Value> {
+        match self.schema {
+            Schema::Here(f) => Some(f()),
+            Schema::MemoryCrate => None,
+        }
+    }
+
+    /// Whether `toolset` offers this tool in memory mode `mode`.
+    pub fn offered_in(&self, toolset: Toolset, mode: MemoryMode) -> bool {
+        self.toolsets.contains(&toolset) && self.modes.contains(&mode)
+    }
+}
+
+const BOTH_MODES: &[MemoryMode] = &[MemoryMode::Persistent, MemoryMode::Incognito];
+const PERSISTENT_ONLY: &[MemoryMode] = &[MemoryMode::Persistent];
+
+const fn memory_tool(name: &'static str, modes: &'static [MemoryMode]) -> ToolDef {
+    ToolDef {
+        name,
+        schema: Schema::MemoryCrate,
+        toolsets: &[Toolset::MemoryControl],
+        modes,
+    }
+}
+
+/// Every tool, once.
+pub const TOOLS: &[ToolDef] = &[
+    ToolDef {
+        name: LOOKUP_CRISIS_RESOURCES,
+        schema: Schema::Here(lookup_crisis_resources_spec),
+        toolsets: &[Toolset::Crisis],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: CRISIS_SUPPORT_TEMPLATE,
+        schema: Schema::Here(crisis_support_template_spec),
+        toolsets: &[Toolset::Crisis],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: RESPONSE_SKILL_TOOL,
+        schema: Schema::Here(response_skill_tool_spec),
+        toolsets: &[Toolset::Therapeutic],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: GROUNDED_LOOKUP_TOOL,
+        schema: Schema::Here(grounded_lookup_tool_spec),
+        toolsets: &[Toolset::GroundedLookup],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: LIST_EXERCISES,
+        schema: Schema::Here(list_exercises_spec),
+        toolsets: &[],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: LOAD_EXERCISE_SKILL,
+        schema: Schema::Here(load_exercise_skill_spec),
+        toolsets: &[Toolset::ExerciseStart, Toolset::ExerciseStep],
+        modes: BOTH_MODES,
+    },
+    ToolDef {
+        name: RECORD_EXERCISE_PROGRESS,
+        schema: Schema::Here(record_exercise_progress_spec),
+        toolsets: &[Toolset::ExerciseStep],
+        modes: BOTH_MODES,
+    },
+    memory_tool("show_saved_memory", PERSISTENT_ONLY),
+    memory_tool("show_memory_status", BOTH_MODES),
+    memory_tool("recall_saved_memory", PERSISTENT_ONLY),
+    memory_tool("save_response_preference", PERSISTENT_ONLY),
+    memory_tool("set_proactive_memory_recall", PERSISTENT_ONLY),
+    memory_tool("prepare_memory_deletion_by_index", PERSISTENT_ONLY),
+    memory_tool("prepare_memory_deletion_by_query", PERSISTENT_ONLY),
+    memory_tool("confirm_memory_deletion", PERSISTENT_ONLY),
+    memory_tool("cancel_memory_deletion", PERSISTENT_ONLY),
+];
+
+/// The registered tool called `name`.
+pub fn get(name: &str) -> Option<&'static ToolDef> {
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// Whether `name` is a registered tool.
+pub fn is_registered(name: &str) -> bool {
+    get(name).is_some()
+}
+
+/// The tools `toolset` offers in memory mode `mode`, in registry order.
+pub fn offered(toolset: Toolset, mode: MemoryMode) -> impl Iterator<Item = &'static ToolDef> {
+    TOOLS.iter().filter(move |t| t.offered_in(toolset, mode))
+}
+
+/// The `{name, description, parameters}` object of a tool defined here.
+pub fn spec(name: &str) -> Option<Value> {
+    get(name).and_then(ToolDef::spec)
+}
+
+fn lookup_crisis_resources_spec() -> Value {
+    json!({
+        "name": LOOKUP_CRISIS_RESOURCES,
+        "description": "Find verified crisis lines for the person's own stated location. Call exactly once on a crisis turn. \
+             Never invent numbers: use only what this returns.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location_hint": {"type": ["string", "null"], "description": "A country or city the person themself named, if any."}
+            },
+            "required": ["location_hint"],
+            "additionalProperties": false
+        }
+    })
+}
+
+fn crisis_support_template_spec() -> Value {
+    json!({
+        "name": CRISIS_SUPPORT_TEMPLATE,
+        "description": "Load the crisis-response safety scaffold (opening, validation, one safety step, at most one question, \
+             what to avoid) for this turn.",
+        "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": false}
+    })
+}
+
+fn list_exercises_spec() -> Value {
+    json!({
+        "name": LIST_EXERCISES,
+        "description": "List the guided exercises available on this channel (metadata only). Use it to offer an exercise; \
+             never start one without the person's explicit yes.",
+        "parameters": {
+            "type": "object",
+            "properties": {"approach": {"type": ["string", "null"], "description": "Optional approach filter."}},
+            "required": ["approach"],
+            "additionalProperties": false
+        }
+    })
+}
+
+fn load_exercise_skill_spec() -> Value {
+    json!({
+        "name": LOAD_EXERCISE_SKILL,
+        "description": "Load the guidance block for the current step of the active exercise (chosen by the app).",
+        "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": false}
+    })
+}
+
+fn record_exercise_progress_spec() -> Value {
+    json!({
+        "name": RECORD_EXERCISE_PROGRESS,
+        "description": "Record how the person's latest reply changes the active exercise step. Prefer hold when unsure.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "outcome": {"type": "string", "enum": ["complete", "partial", "hold", "stuck", "exit", "unsafe"]},
+                "expected_skill_id": {"type": "string"},
+                "expected_step_id": {"type": "string"}
+            },
+            "required": ["outcome", "expected_skill_id", "expected_step_id"],
+            "additionalProperties": false
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn names_are_unique() {
+        let names: BTreeSet<&str> = TOOLS.iter().map(|t| t.name).collect();
+        assert_eq!(names.len(), TOOLS.len(), "a tool is registered twice");
+    }
+
+    #[test]
+    fn schemas_defined_here_are_object_schemas_under_their_own_name() {
+        for t in TOOLS {
+            let Some(spec) = t.spec() else { continue };
+            assert_eq!(spec["name"], t.name);
+            assert!(
+                spec["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{}",
+                t.name
+            );
+            assert_eq!(spec["parameters"]["type"], "object", "{}", t.name);
+            assert_eq!(
+                spec["parameters"]["additionalProperties"], false,
+                "{}",
+                t.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_tool_exists_in_some_mode_and_clarification_gets_none() {
+        for t in TOOLS {
+            assert!(!t.modes.is_empty(), "{} exists in no mode", t.name);
+        }
+        for mode in MemoryMode::ALL {
+            assert_eq!(offered(Toolset::CrisisClarification, *mode).count(), 0);
+        }
+    }
+
+    #[test]
+    fn incognito_offers_no_memory_tool_but_the_status() {
+        let names: Vec<&str> = offered(Toolset::MemoryControl, MemoryMode::Incognito)
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["show_memory_status"]);
+    }
+
+    /// Every tool a specialist's prompt source names in backticks is
+    /// registered (prompts never name a tool that does not exist).
+    #[test]
+    fn prompt_sources_name_only_registered_tools() {
+        let sources = [
+            include_str!("../sources/specialists/crisis.md"),
+            include_str!("../sources/specialists/therapeutic.md"),
+            include_str!("../sources/specialists/guided_exercise.md"),
+            include_str!("../sources/specialists/grounded_lookup.md"),
+            include_str!("../sources/specialists/memory_control.md"),
+        ];
+        for text in sources {
+            for (i, quoted) in text.split('`').enumerate() {
+                let looks_like_tool = i % 2 == 1
+                    && quoted.contains('_')
+                    && quoted.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+                if looks_like_tool {
+                    assert!(is_registered(quoted), "{quoted} is not registered");
+                }
+            }
+        }
+    }
+}

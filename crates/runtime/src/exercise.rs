@@ -18,9 +18,10 @@ use opencouch_prompts::tools::{
 use serde_json::{Value, json};
 
 use crate::agent::{Toolbox, run_tool_loop};
+use crate::fallback::{FailureNote, model_reply};
 use crate::runtime::Runtime;
 use crate::specialists::{
-    SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, tool_context,
+    SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, model, tool_context,
 };
 use crate::tools::{Tool, ToolContext, ToolError, registry_spec, str_arg};
 
@@ -248,12 +249,16 @@ async fn start(
     let approach = state.exercise_therapeutic_approach;
     diag.set("exercise_started", exercise.id.as_str());
     let deterministic = opencouch_exercises::render_start(exercise);
-    let text = match &rt.inner.model {
-        None => deterministic,
-        Some(_) => word_with_model(rt, si, exercise, &state, TransitionKind::Advance, &mut diag)
-            .await
-            .unwrap_or(deterministic),
-    };
+    let text = word_with_model(
+        rt,
+        si,
+        exercise,
+        &state,
+        TransitionKind::Advance,
+        deterministic,
+        &mut diag,
+    )
+    .await;
     outcome(text, ExerciseUpdate::Set(state), approach, diag)
 }
 
@@ -297,13 +302,7 @@ async fn continue_step(
     let reply = si.input.message.as_str();
 
     // Model path: the model may record progress (validated), and words it.
-    let mut recorded: Option<ProgressRequest> = None;
-    let mut model_text: Option<String> = None;
-    if rt.inner.model.is_some() {
-        let (text, progress) = model_turn(rt, si, exercise, state, &mut diag).await;
-        model_text = text;
-        recorded = progress;
-    }
+    let (model_text, recorded) = model_turn(rt, si, exercise, state, &mut diag).await;
     let (step_outcome, transition) = match recorded {
         Some(p) => {
             diag.set("exercise_progress_source", "model_tool");
@@ -424,7 +423,8 @@ async fn classify_with_model(
 }
 
 /// The model words the current step and may record progress. Returns its
-/// text (if usable) and the accepted progress report (if any).
+/// text (if usable) and the accepted progress report (if any); both `None`
+/// without a model or when it fails.
 async fn model_turn(
     rt: &Runtime,
     si: &SpecialistInput<'_>,
@@ -432,118 +432,106 @@ async fn model_turn(
     state: &ExerciseState,
     diag: &mut Diagnostics,
 ) -> (Option<String>, Option<ProgressRequest>) {
-    let Some(model) = rt.inner.model.clone() else {
-        return (None, None);
-    };
-    let idx = state.exercise_step as usize;
-    let block = opencouch_exercises::render_skill_block(
-        exercise,
-        idx,
-        TransitionKind::Hold,
-        state.exercise_therapeutic_approach,
-    )
-    .unwrap_or_default();
-    let mut spec = instruction_spec(Specialist::GuidedExercise, si);
-    spec.approach = Some(state.exercise_therapeutic_approach);
-    spec.exercise_context = Some(format!(
-        "{} expected_skill_id={} expected_step_id={}",
-        context_line(state),
-        state.exercise_type,
-        state.exercise_step_id
-    ));
-    let tools = ExerciseTools {
-        block,
-        state: state.clone(),
-    };
-    let ctx = tool_context(rt, si);
-    match run_tool_loop(
-        model.as_ref(),
-        si.input.response_model_tier,
-        messages_for(&spec),
-        &tools.toolbox(rt, Toolset::ExerciseStep),
-        &ctx,
-    )
+    model_reply(model(rt), diag, |model, diag| async move {
+        let idx = state.exercise_step as usize;
+        let block = opencouch_exercises::render_skill_block(
+            exercise,
+            idx,
+            TransitionKind::Hold,
+            state.exercise_therapeutic_approach,
+        )
+        .unwrap_or_default();
+        let mut spec = instruction_spec(Specialist::GuidedExercise, si);
+        spec.approach = Some(state.exercise_therapeutic_approach);
+        spec.exercise_context = Some(format!(
+            "{} expected_skill_id={} expected_step_id={}",
+            context_line(state),
+            state.exercise_type,
+            state.exercise_step_id
+        ));
+        let tools = ExerciseTools {
+            block,
+            state: state.clone(),
+        };
+        let ctx = tool_context(rt, si);
+        let o = run_tool_loop(
+            model,
+            si.input.response_model_tier,
+            messages_for(&spec),
+            &tools.toolbox(rt, Toolset::ExerciseStep),
+            &ctx,
+        )
+        .await?;
+        let names: Vec<Value> = o
+            .calls
+            .iter()
+            .map(|c| Value::from(c.name.clone()))
+            .collect();
+        diag.set("openai_guided_exercise_tool_calls", Value::Array(names));
+        let progress = ctx.with_effects(|e| e.exercise_progress.take()).flatten();
+        let refused = o
+            .calls
+            .iter()
+            .any(|c| c.name == RECORD_EXERCISE_PROGRESS && !c.ok);
+        if refused {
+            diag.set("exercise_progress_refused", true);
+        }
+        let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        // Text written before a valid report describes the old step; only
+        // use it when the model's report was accepted.
+        let text = if progress.is_some() && !text.trim().is_empty() {
+            Some(text)
+        } else {
+            None
+        };
+        Ok(Some((text, progress)))
+    })
     .await
-    {
-        Ok(o) => {
-            let names: Vec<Value> = o
-                .calls
-                .iter()
-                .map(|c| Value::from(c.name.clone()))
-                .collect();
-            diag.set("openai_guided_exercise_tool_calls", Value::Array(names));
-            let progress = ctx.with_effects(|e| e.exercise_progress.take()).flatten();
-            let refused = o
-                .calls
-                .iter()
-                .any(|c| c.name == RECORD_EXERCISE_PROGRESS && !c.ok);
-            if refused {
-                diag.set("exercise_progress_refused", true);
-            }
-            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            // Text written before a valid report describes the old step; only
-            // use it when the model's report was accepted.
-            let text = if progress.is_some() && !text.trim().is_empty() {
-                Some(text)
-            } else {
-                None
-            };
-            (text, progress)
-        }
-        Err(e) => {
-            diag.set("openai_sdk_fallback_reason", e.kind());
-            (None, None)
-        }
-    }
+    .or_deterministic(diag, FailureNote::Reason, |_, _| (None, None))
 }
 
-/// Words a just-started exercise's first step with the model.
+/// Words a just-started exercise's first step with the model; the
+/// `deterministic` text without a model, a step block or a usable reply.
 async fn word_with_model(
     rt: &Runtime,
     si: &SpecialistInput<'_>,
     exercise: &Exercise,
     state: &ExerciseState,
     action: TransitionKind,
+    deterministic: String,
     diag: &mut Diagnostics,
-) -> Option<String> {
-    let model = rt.inner.model.clone()?;
-    let block = opencouch_exercises::render_skill_block(
-        exercise,
-        state.exercise_step as usize,
-        action,
-        state.exercise_therapeutic_approach,
-    )?;
-    let mut spec = instruction_spec(Specialist::GuidedExercise, si);
-    spec.approach = Some(state.exercise_therapeutic_approach);
-    spec.exercise_context = Some(format!(
-        "{}\nThe exercise is starting now; the person agreed to it.",
-        context_line(state)
-    ));
-    let tools = ExerciseTools {
-        block,
-        state: state.clone(),
-    };
-    let ctx = tool_context(rt, si);
-    match run_tool_loop(
-        model.as_ref(),
-        si.input.response_model_tier,
-        messages_for(&spec),
-        &tools.toolbox(rt, Toolset::ExerciseStart),
-        &ctx,
-    )
+) -> String {
+    model_reply(model(rt), diag, |model, _| async move {
+        let Some(block) = opencouch_exercises::render_skill_block(
+            exercise,
+            state.exercise_step as usize,
+            action,
+            state.exercise_therapeutic_approach,
+        ) else {
+            return Ok(None);
+        };
+        let mut spec = instruction_spec(Specialist::GuidedExercise, si);
+        spec.approach = Some(state.exercise_therapeutic_approach);
+        spec.exercise_context = Some(format!(
+            "{}\nThe exercise is starting now; the person agreed to it.",
+            context_line(state)
+        ));
+        let tools = ExerciseTools {
+            block,
+            state: state.clone(),
+        };
+        let ctx = tool_context(rt, si);
+        let o = run_tool_loop(
+            model,
+            si.input.response_model_tier,
+            messages_for(&spec),
+            &tools.toolbox(rt, Toolset::ExerciseStart),
+            &ctx,
+        )
+        .await?;
+        let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        Ok((!text.trim().is_empty()).then_some(text))
+    })
     .await
-    {
-        Ok(o) => {
-            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            if text.trim().is_empty() {
-                None
-            } else {
-                Some(text)
-            }
-        }
-        Err(e) => {
-            diag.set("openai_sdk_fallback_reason", e.kind());
-            None
-        }
-    }
+    .or_deterministic(diag, FailureNote::Reason, |_, _| deterministic)
 }

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod embeddings;
 pub mod exercise;
 pub mod extraction;
+mod fallback;
 pub mod gate;
 pub mod memory;
 pub mod plan;

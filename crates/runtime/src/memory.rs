@@ -21,6 +21,7 @@ use opencouch_store::{
     ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore,
 };
 
+use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::plan::RoutePlan;
 use crate::runtime::Runtime;
 use crate::specialists::SpecialistOutcome;
@@ -518,34 +519,30 @@ pub(crate) async fn control_turn(
             }
         };
     }
-    let Some(model) = rt.inner.model.clone() else {
-        diag.set("memory_control_path", "help");
-        return finish(
-            MEMORY_HELP.to_owned(),
-            opencouch_core::state::PendingUpdate::Keep,
-            diag,
-        );
-    };
-    diag.set("memory_control_path", "model_tools");
-    let spec =
-        crate::specialists::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
-    let tools = MemoryTools::new(rt, stored);
-    let toolbox = crate::agent::Toolbox::offered(
-        opencouch_prompts::tools::Toolset::MemoryControl,
-        rt.memory_mode(),
-        |name| tools.get(name),
-    );
-    let tctx = crate::specialists::tool_context(rt, si);
-    match crate::agent::run_tool_loop(
-        model.as_ref(),
-        opencouch_core::ModelTier::Control,
-        crate::specialists::messages_for(&spec),
-        &toolbox,
-        &tctx,
-    )
-    .await
-    {
-        Ok(o) => {
+    model_reply(
+        crate::specialists::model(rt),
+        &mut diag,
+        |model, diag| async move {
+            diag.set("memory_control_path", "model_tools");
+            let spec = crate::specialists::instruction_spec(
+                opencouch_prompts::Specialist::MemoryControl,
+                si,
+            );
+            let tools = MemoryTools::new(rt, stored);
+            let toolbox = crate::agent::Toolbox::offered(
+                opencouch_prompts::tools::Toolset::MemoryControl,
+                rt.memory_mode(),
+                |name| tools.get(name),
+            );
+            let tctx = crate::specialists::tool_context(rt, si);
+            let o = crate::agent::run_tool_loop(
+                model,
+                opencouch_core::ModelTier::Control,
+                crate::specialists::messages_for(&spec),
+                &toolbox,
+                &tctx,
+            )
+            .await?;
             let names: Vec<serde_json::Value> = o
                 .calls
                 .iter()
@@ -561,17 +558,20 @@ pub(crate) async fn control_turn(
             } else {
                 text
             };
-            finish(text, update, diag)
+            Ok(Some(finish(text, update, std::mem::take(diag))))
+        },
+    )
+    .await
+    .or_deterministic(&mut diag, FailureNote::Reason, |diag, why| {
+        if matches!(why, Fallback::NoModel) {
+            diag.set("memory_control_path", "help");
         }
-        Err(e) => {
-            diag.set("openai_sdk_fallback_reason", e.kind());
-            finish(
-                MEMORY_HELP.to_owned(),
-                opencouch_core::state::PendingUpdate::Keep,
-                diag,
-            )
-        }
-    }
+        finish(
+            MEMORY_HELP.to_owned(),
+            opencouch_core::state::PendingUpdate::Keep,
+            std::mem::take(diag),
+        )
+    })
 }
 
 fn action_name(a: &opencouch_memory::control::MemoryAction) -> &'static str {

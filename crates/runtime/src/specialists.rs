@@ -4,20 +4,21 @@
 //! Every specialist has a model path (hybrid mode: instructions composed
 //! from prompt sources, a fixed toolbox, our bounded tool loop) and a
 //! deterministic path (deterministic mode, and the fallback whenever the
-//! model fails). A specialist never fails a turn.
+//! model fails; `fallback.rs` decides when and records why). A specialist
+//! never fails a turn.
 //!
 //! **Invariant:** [`SpecialistInput`] carries the gate's [`GateVerdict`],
 //! which only the gate can construct, so no specialist can run on a message
 //! that was not assessed.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use opencouch_core::state::{ExerciseUpdate, PendingUpdate};
 use opencouch_core::{
     AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState,
 };
-use opencouch_llm::{ChatMessage, ChatModel, LlmError};
+use opencouch_llm::{ChatMessage, ChatModel};
 use opencouch_prompts::tools::{LOOKUP_CRISIS_RESOURCES, Toolset};
 use opencouch_prompts::{InstructionSpec, Specialist};
 use opencouch_store::ResponsePath;
@@ -28,6 +29,7 @@ use opencouch_safety::episode::{FollowUpDecision, ReplyKind};
 use opencouch_safety::plan::{FollowUpContext, FollowUpMessage, build_follow_up_plan};
 
 use crate::agent::{LoopOutcome, Toolbox, run_tool_loop};
+use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::gate::GateVerdict;
 use crate::memory::LoadedMemory;
 use crate::plan::{PlanKind, RoutePlan};
@@ -232,20 +234,14 @@ fn record_calls(diag: &mut Diagnostics, prefix: &str, outcome: &LoopOutcome) {
     diag.set(&format!("{prefix}_tool_rounds"), outcome.rounds as u64);
 }
 
-fn model(rt: &Runtime) -> Option<Arc<dyn ChatModel>> {
-    rt.inner.model.clone()
+pub(crate) fn model(rt: &Runtime) -> Option<&dyn ChatModel> {
+    rt.inner.model.as_deref()
 }
 
 /// The toolbox of one of the turns in this file (their tools are the
 /// stateless built-in ones).
 fn builtin_toolbox(rt: &Runtime, toolset: Toolset) -> Toolbox {
     Toolbox::offered(toolset, rt.memory_mode(), builtin_tool)
-}
-
-fn note_model_failure(diag: &mut Diagnostics, e: &LlmError) {
-    diag.set("openai_sdk_fallback_reason", e.kind());
-    diag.set("openai_response_llm_override", false);
-    tracing::warn!(error = %e, "specialist model failed; deterministic reply used");
 }
 
 // ---------------------------------------------------------------- crisis
@@ -288,63 +284,35 @@ fn numbers_verified(reply: &str, verified_text: &str) -> bool {
 async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let assessment = si.verdict.assessment();
     let mut diag = Diagnostics::new();
-    let follow_up = follow_up_context(si);
+    let follow_up = &follow_up_context(si);
     if follow_up.is_some() {
         diag.set("crisis_reply_kind", "episode_follow_up");
     }
     let country = episode_country(si);
     let do_lookup = || crisis_lookup_in(si.history, &si.input.message, country);
-    let deterministic = |lookup: opencouch_safety::ResourceLookup,
-                         path: ResponsePath,
-                         diag: Diagnostics,
-                         fallback: Option<String>,
-                         llm_failure: bool| {
-        SpecialistOutcome {
-            text: crisis_text(assessment, follow_up.as_ref(), &lookup),
-            style: ResponseStyle::CrisisResponse,
-            resources: resources_json(&lookup),
-            crisis: Some(CrisisInfo {
-                response_path: path,
-                lookup_status: lookup.status,
-                resource_count: lookup.resources.len() as u32,
-                tool_calls: Vec::new(),
-                fallback_reason: fallback,
-                llm_failure,
-                country_code: lookup.country_code.clone(),
-            }),
-            diagnostics: diag,
-            ..Default::default()
-        }
+    let ctx = &tool_context(rt, si);
+    // The lookup this turn used: the tool's, else our own.
+    let turn_lookup = || {
+        ctx.with_effects(|e| e.crisis_lookup.clone())
+            .flatten()
+            .unwrap_or_else(do_lookup)
     };
-    let Some(m) = model(rt) else {
-        let lookup = do_lookup();
-        diag.set("crisis_resource_status", lookup.status.as_str());
-        return deterministic(lookup, ResponsePath::Deterministic, diag, None, false);
-    };
-
-    let ctx = tool_context(rt, si);
-    let mut spec = instruction_spec(Specialist::Crisis, si);
-    spec.style = Some(ResponseStyle::CrisisResponse);
-    let toolbox = builtin_toolbox(rt, Toolset::Crisis);
-    diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
-    let crisis_messages = || {
-        let mut msgs = messages_for(&spec);
-        if follow_up.is_some() {
-            msgs.insert(1, ChatMessage::system(FOLLOW_UP_NOTE));
-        }
-        msgs
-    };
-    let first = run_tool_loop(
-        m.as_ref(),
-        ModelTier::Control,
-        crisis_messages(),
-        &toolbox,
-        &ctx,
-    )
-    .await;
-    let (outcome, path, fallback_reason) = match first {
-        Ok(o) if o.called(LOOKUP_CRISIS_RESOURCES) => (Ok(o), ResponsePath::Sdk, None),
-        Ok(o) => {
+    model_reply(model(rt), &mut diag, |m, diag| async move {
+        let mut spec = instruction_spec(Specialist::Crisis, si);
+        spec.style = Some(ResponseStyle::CrisisResponse);
+        let toolbox = builtin_toolbox(rt, Toolset::Crisis);
+        diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
+        let crisis_messages = || {
+            let mut msgs = messages_for(&spec);
+            if follow_up.is_some() {
+                msgs.insert(1, ChatMessage::system(FOLLOW_UP_NOTE));
+            }
+            msgs
+        };
+        let first = run_tool_loop(m, ModelTier::Control, crisis_messages(), &toolbox, ctx).await?;
+        let (o, path, fallback_reason) = if first.called(LOOKUP_CRISIS_RESOURCES) {
+            (first, ResponsePath::Sdk, None)
+        } else {
             // The model skipped the required lookup: do it ourselves and
             // re-run with the result in context and the lookup tool removed.
             diag.set("openai_crisis_tool_fallback", true);
@@ -358,74 +326,78 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
                     "Verified crisis resources for this turn (use only these): {result}"
                 )),
             );
-            let rerun = run_tool_loop(
-                m.as_ref(),
+            let mut rerun = run_tool_loop(
+                m,
                 ModelTier::Control,
                 msgs,
                 &toolbox.without(LOOKUP_CRISIS_RESOURCES),
-                &ctx,
+                ctx,
             )
-            .await;
-            let calls_before = o.calls;
+            .await?;
+            let mut calls = first.calls;
+            calls.append(&mut rerun.calls);
+            rerun.calls = calls;
             (
-                rerun.map(|mut r| {
-                    let mut calls = calls_before;
-                    calls.append(&mut r.calls);
-                    r.calls = calls;
-                    r
-                }),
+                rerun,
                 ResponsePath::SdkToolFallback,
                 Some("required_tool_not_called".to_owned()),
             )
+        };
+        let lookup = turn_lookup();
+        diag.set("crisis_resource_status", lookup.status.as_str());
+        record_calls(diag, "openai_crisis", &o);
+        let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        let verified = crisis_text(assessment, follow_up.as_ref(), &lookup);
+        // Never an invented number: any number the model wrote must be
+        // one of the verified ones, else the deterministic reply is used.
+        let text = if text.trim().is_empty() || !numbers_verified(&text, &verified) {
+            diag.set("crisis_model_reply_rejected", true);
+            verified
+        } else {
+            ensure_resources(text, &lookup)
+        };
+        Ok(Some(SpecialistOutcome {
+            text,
+            style: ResponseStyle::CrisisResponse,
+            resources: resources_json(&lookup),
+            crisis: Some(CrisisInfo {
+                response_path: path,
+                lookup_status: lookup.status,
+                resource_count: lookup.resources.len() as u32,
+                tool_calls: o.calls.iter().map(|c| c.name.clone()).collect(),
+                fallback_reason,
+                llm_failure: si.verdict.llm_failure(),
+                country_code: lookup.country_code.clone(),
+            }),
+            diagnostics: std::mem::take(diag),
+            ..Default::default()
+        }))
+    })
+    .await
+    .or_deterministic(&mut diag, FailureNote::Specialist, |diag, why| {
+        let lookup = turn_lookup();
+        diag.set("crisis_resource_status", lookup.status.as_str());
+        let (fallback_reason, llm_failure) = match why {
+            Fallback::Failed(e) => (Some(e.kind().to_owned()), true),
+            Fallback::NoModel | Fallback::Unusable => (None, false),
+        };
+        SpecialistOutcome {
+            text: crisis_text(assessment, follow_up.as_ref(), &lookup),
+            style: ResponseStyle::CrisisResponse,
+            resources: resources_json(&lookup),
+            crisis: Some(CrisisInfo {
+                response_path: ResponsePath::Deterministic,
+                lookup_status: lookup.status,
+                resource_count: lookup.resources.len() as u32,
+                tool_calls: Vec::new(),
+                fallback_reason,
+                llm_failure,
+                country_code: lookup.country_code.clone(),
+            }),
+            diagnostics: std::mem::take(diag),
+            ..Default::default()
         }
-        Err(e) => (Err(e), ResponsePath::Deterministic, None),
-    };
-    let lookup = ctx
-        .with_effects(|e| e.crisis_lookup.clone())
-        .flatten()
-        .unwrap_or_else(do_lookup);
-    diag.set("crisis_resource_status", lookup.status.as_str());
-    match outcome {
-        Ok(o) => {
-            record_calls(&mut diag, "openai_crisis", &o);
-            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            let verified = crisis_text(assessment, follow_up.as_ref(), &lookup);
-            // Never an invented number: any number the model wrote must be
-            // one of the verified ones, else the deterministic reply is used.
-            let text = if text.trim().is_empty() || !numbers_verified(&text, &verified) {
-                diag.set("crisis_model_reply_rejected", true);
-                verified
-            } else {
-                ensure_resources(text, &lookup)
-            };
-            SpecialistOutcome {
-                text,
-                style: ResponseStyle::CrisisResponse,
-                resources: resources_json(&lookup),
-                crisis: Some(CrisisInfo {
-                    response_path: path,
-                    lookup_status: lookup.status,
-                    resource_count: lookup.resources.len() as u32,
-                    tool_calls: o.calls.iter().map(|c| c.name.clone()).collect(),
-                    fallback_reason,
-                    llm_failure: si.verdict.llm_failure(),
-                    country_code: lookup.country_code.clone(),
-                }),
-                diagnostics: diag,
-                ..Default::default()
-            }
-        }
-        Err(e) => {
-            note_model_failure(&mut diag, &e);
-            deterministic(
-                lookup,
-                ResponsePath::Deterministic,
-                diag,
-                Some(e.kind().to_owned()),
-                true,
-            )
-        }
-    }
+    })
 }
 
 fn resources_json(lookup: &opencouch_safety::ResourceLookup) -> Vec<Value> {
@@ -507,42 +479,32 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
             format!("{first} {question}")
         }
     };
-    let text = match model(rt) {
-        None => deterministic_text,
-        Some(m) => {
-            let mut spec = instruction_spec(Specialist::Crisis, si);
-            spec.style = Some(ResponseStyle::Clarifying);
-            let ctx = tool_context(rt, si);
-            match run_tool_loop(
-                m.as_ref(),
-                ModelTier::Control,
-                messages_for(&spec),
-                &builtin_toolbox(rt, Toolset::CrisisClarification),
-                &ctx,
-            )
-            .await
-            {
-                Ok(o) => {
-                    let (t, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-                    // Level 1 never carries hotline text: exactly the shape
-                    // "reflection + one safety question", no numbers.
-                    if t.contains('?')
-                        && number_tokens(&t).is_empty()
-                        && !mentions_crisis_service(&t)
-                    {
-                        t
-                    } else {
-                        diag.set("crisis_clarification_model_reply_rejected", true);
-                        deterministic_text
-                    }
-                }
-                Err(e) => {
-                    note_model_failure(&mut diag, &e);
-                    deterministic_text
-                }
-            }
+    let text = model_reply(model(rt), &mut diag, |m, diag| async move {
+        let mut spec = instruction_spec(Specialist::Crisis, si);
+        spec.style = Some(ResponseStyle::Clarifying);
+        let ctx = tool_context(rt, si);
+        let o = run_tool_loop(
+            m,
+            ModelTier::Control,
+            messages_for(&spec),
+            &builtin_toolbox(rt, Toolset::CrisisClarification),
+            &ctx,
+        )
+        .await?;
+        let (t, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        // Level 1 never carries hotline text: exactly the shape
+        // "reflection + one safety question", no numbers.
+        if t.contains('?') && number_tokens(&t).is_empty() && !mentions_crisis_service(&t) {
+            Ok(Some(t))
+        } else {
+            diag.set("crisis_clarification_model_reply_rejected", true);
+            Ok(None)
         }
-    };
+    })
+    .await
+    .or_deterministic(&mut diag, FailureNote::Specialist, |_, _| {
+        deterministic_text
+    });
     SpecialistOutcome {
         text,
         style: ResponseStyle::Clarifying,
@@ -592,51 +554,45 @@ pub(crate) fn deterministic_therapeutic(
 
 async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let (style, approach) = therapeutic_style(si);
-    let Some(m) = model(rt) else {
-        return deterministic_therapeutic(si, style, approach);
-    };
     let mut diag = Diagnostics::new();
-    let mut spec = instruction_spec(Specialist::Therapeutic, si);
-    spec.style = Some(style);
-    spec.approach = Some(approach);
-    if let Some(ex) = &si.state.exercise_state {
-        spec.exercise_context = Some(crate::exercise::context_line(ex));
-    }
-    let toolbox = builtin_toolbox(rt, Toolset::Therapeutic);
-    let ctx = tool_context(rt, si);
-    let tier = si.input.response_model_tier;
-    match run_tool_loop(m.as_ref(), tier, messages_for(&spec), &toolbox, &ctx).await {
-        Ok(o) => {
-            record_calls(&mut diag, "openai_therapeutic", &o);
-            let (text, stripped) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            if stripped {
-                diag.set("openai_response_llm_output_sanitized", true);
-            }
-            if text.trim().is_empty() {
-                diag.set("openai_sdk_fallback_reason", "empty_reply");
-                let mut out = deterministic_therapeutic(si, style, approach);
-                out.diagnostics.merge(diag);
-                return out;
-            }
-            let (style, approach) = ctx
-                .with_effects(|e| e.skills_loaded.last().copied())
-                .flatten()
-                .unwrap_or((style, approach));
-            SpecialistOutcome {
-                text,
-                style,
-                approach: Some(approach),
-                diagnostics: diag,
-                ..Default::default()
-            }
+    model_reply(model(rt), &mut diag, |m, diag| async move {
+        let mut spec = instruction_spec(Specialist::Therapeutic, si);
+        spec.style = Some(style);
+        spec.approach = Some(approach);
+        if let Some(ex) = &si.state.exercise_state {
+            spec.exercise_context = Some(crate::exercise::context_line(ex));
         }
-        Err(e) => {
-            note_model_failure(&mut diag, &e);
-            let mut out = deterministic_therapeutic(si, style, approach);
-            out.diagnostics.merge(diag);
-            out
+        let toolbox = builtin_toolbox(rt, Toolset::Therapeutic);
+        let ctx = tool_context(rt, si);
+        let tier = si.input.response_model_tier;
+        let o = run_tool_loop(m, tier, messages_for(&spec), &toolbox, &ctx).await?;
+        record_calls(diag, "openai_therapeutic", &o);
+        let (text, stripped) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        if stripped {
+            diag.set("openai_response_llm_output_sanitized", true);
         }
-    }
+        if text.trim().is_empty() {
+            diag.set("openai_sdk_fallback_reason", "empty_reply");
+            return Ok(None);
+        }
+        let (style, approach) = ctx
+            .with_effects(|e| e.skills_loaded.last().copied())
+            .flatten()
+            .unwrap_or((style, approach));
+        Ok(Some(SpecialistOutcome {
+            text,
+            style,
+            approach: Some(approach),
+            diagnostics: std::mem::take(diag),
+            ..Default::default()
+        }))
+    })
+    .await
+    .or_deterministic(&mut diag, FailureNote::Specialist, |diag, _| {
+        let mut out = deterministic_therapeutic(si, style, approach);
+        out.diagnostics.merge(std::mem::take(diag));
+        out
+    })
 }
 
 // ------------------------------------------------------- grounded lookup
@@ -654,32 +610,26 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
                 ..Default::default()
             }
         };
-    let Some(m) = model(rt) else {
-        let result = opencouch_prompts::grounded_lookup(&si.input.message);
-        let text = result.answer.clone();
-        return finish(&result, text, diag);
+    let ctx = &tool_context(rt, si);
+    // The lookup this turn used: the tool's, else our own.
+    let turn_result = || {
+        ctx.with_effects(|e| e.grounded.clone())
+            .flatten()
+            .unwrap_or_else(|| opencouch_prompts::grounded_lookup(&si.input.message))
     };
-    let ctx = tool_context(rt, si);
-    let spec = instruction_spec(Specialist::GroundedLookup, si);
-    let toolbox = builtin_toolbox(rt, Toolset::GroundedLookup);
-    diag.set(
-        "openai_grounded_tool_expected",
-        opencouch_prompts::GROUNDED_LOOKUP_TOOL,
-    );
-    let first = run_tool_loop(
-        m.as_ref(),
-        ModelTier::Control,
-        messages_for(&spec),
-        &toolbox,
-        &ctx,
-    )
-    .await;
-    let outcome = match first {
-        Ok(o) if o.called(opencouch_prompts::GROUNDED_LOOKUP_TOOL) => {
+    model_reply(model(rt), &mut diag, |m, diag| async move {
+        let spec = instruction_spec(Specialist::GroundedLookup, si);
+        let toolbox = builtin_toolbox(rt, Toolset::GroundedLookup);
+        diag.set(
+            "openai_grounded_tool_expected",
+            opencouch_prompts::GROUNDED_LOOKUP_TOOL,
+        );
+        let first =
+            run_tool_loop(m, ModelTier::Control, messages_for(&spec), &toolbox, ctx).await?;
+        let o = if first.called(opencouch_prompts::GROUNDED_LOOKUP_TOOL) {
             diag.set("openai_grounded_tool_fallback", false);
-            Ok(o)
-        }
-        Ok(_) => {
+            first
+        } else {
             diag.set("openai_grounded_tool_fallback", true);
             let result = opencouch_prompts::grounded_lookup(&si.input.message);
             let json = result.as_tool_json();
@@ -691,46 +641,32 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
                     "Grounded lookup result (answer only from this): {json}"
                 )),
             );
-            run_tool_loop(
-                m.as_ref(),
-                ModelTier::Control,
-                msgs,
-                &Toolbox::default(),
-                &ctx,
-            )
-            .await
-        }
-        Err(e) => Err(e),
-    };
-    let result = ctx
-        .with_effects(|e| e.grounded.clone())
-        .flatten()
-        .unwrap_or_else(|| opencouch_prompts::grounded_lookup(&si.input.message));
-    match outcome {
-        Ok(o) => {
-            record_calls(&mut diag, "openai_grounded", &o);
-            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            let text = if text.trim().is_empty() {
-                result.answer.clone()
-            } else if !result.sources.is_empty() && !text.contains("Sources:") {
-                // Keep the sources visible whatever the model wrote.
-                let sources: Vec<String> = result
-                    .sources
-                    .iter()
-                    .map(|s| format!("- {} ({})", s.title, s.url))
-                    .collect();
-                format!("{}\n\nSources:\n{}", text.trim_end(), sources.join("\n"))
-            } else {
-                text
-            };
-            finish(&result, text, diag)
-        }
-        Err(e) => {
-            note_model_failure(&mut diag, &e);
-            let text = result.answer.clone();
-            finish(&result, text, diag)
-        }
-    }
+            run_tool_loop(m, ModelTier::Control, msgs, &Toolbox::default(), ctx).await?
+        };
+        let result = turn_result();
+        record_calls(diag, "openai_grounded", &o);
+        let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        let text = if text.trim().is_empty() {
+            result.answer.clone()
+        } else if !result.sources.is_empty() && !text.contains("Sources:") {
+            // Keep the sources visible whatever the model wrote.
+            let sources: Vec<String> = result
+                .sources
+                .iter()
+                .map(|s| format!("- {} ({})", s.title, s.url))
+                .collect();
+            format!("{}\n\nSources:\n{}", text.trim_end(), sources.join("\n"))
+        } else {
+            text
+        };
+        Ok(Some(finish(&result, text, std::mem::take(diag))))
+    })
+    .await
+    .or_deterministic(&mut diag, FailureNote::Specialist, |diag, _| {
+        let result = turn_result();
+        let text = result.answer.clone();
+        finish(&result, text, std::mem::take(diag))
+    })
 }
 
 #[cfg(test)]

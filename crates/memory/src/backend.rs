@@ -44,8 +44,12 @@ pub struct MemoryRecord {
     pub value: Value,
     /// Creation time.
     pub created_at: DateTime<Utc>,
-    /// Last update time.
-    pub updated_at: DateTime<Utc>,
+    /// Last time retrieval used the record (`None` when never), as the
+    /// record itself says.
+    pub last_referenced_at: Option<DateTime<Utc>>,
+    /// When the record went dormant (a superseded or retired fact), as the
+    /// record itself says; dormant records are kept but never recalled.
+    pub dormant_at: Option<DateTime<Utc>>,
     /// Visible to its owner.
     pub user_visible: bool,
     /// Optional embedding of the record's primary text.
@@ -223,7 +227,8 @@ impl MemoryRecord {
             category: Some(fact.category.as_str().to_owned()),
             value: to_value(fact),
             created_at: fact.created_at,
-            updated_at: fact.last_referenced_at.unwrap_or(fact.created_at),
+            last_referenced_at: fact.last_referenced_at,
+            dormant_at: fact.dormant_at,
             user_visible: fact.user_visible,
             embedding,
         }
@@ -238,7 +243,8 @@ impl MemoryRecord {
             category: None,
             value: to_value(arc),
             created_at: arc.created_at,
-            updated_at: arc.last_referenced_at.unwrap_or(arc.created_at),
+            last_referenced_at: arc.last_referenced_at,
+            dormant_at: None,
             user_visible: arc.user_visible,
             embedding,
         }
@@ -253,7 +259,8 @@ impl MemoryRecord {
             category: None,
             value: to_value(profile),
             created_at: now,
-            updated_at: now,
+            last_referenced_at: None,
+            dormant_at: None,
             user_visible: true,
             embedding: None,
         }
@@ -371,7 +378,8 @@ mod tests {
             category: None,
             value: Value::from(n),
             created_at: Utc::now(),
-            updated_at: Utc::now(),
+            last_referenced_at: None,
+            dormant_at: None,
             user_visible: true,
             embedding: None,
         }

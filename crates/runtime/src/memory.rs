@@ -65,8 +65,8 @@ fn to_store(r: MemRecord) -> StoreRecord {
         category: r.category,
         value: r.value,
         created_at: r.created_at,
-        last_referenced_at: Some(r.updated_at),
-        dormant_at: None,
+        last_referenced_at: r.last_referenced_at,
+        dormant_at: r.dormant_at,
         user_visible: r.user_visible,
         embedding: r.embedding.map(|e| Embedding {
             model: e.model,
@@ -83,7 +83,8 @@ fn from_store(r: StoreRecord) -> MemRecord {
         category: r.category,
         value: r.value,
         created_at: r.created_at,
-        updated_at: r.last_referenced_at.unwrap_or(r.created_at),
+        last_referenced_at: r.last_referenced_at,
+        dormant_at: r.dormant_at,
         user_visible: r.user_visible,
         embedding: r.embedding.map(|e| StoredEmbedding {
             dim: e.values.len(),

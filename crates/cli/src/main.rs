@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod admin;
+mod bench;
 mod chat;
 mod download;
 mod eval_crisis;
@@ -89,6 +90,9 @@ enum Command {
     /// Install, check or remove the local embedding model (all-MiniLM-L6-v2)
     #[command(subcommand)]
     Models(models::ModelsCmd),
+    /// Measure the runtime's per-turn overhead (turns/s, latency, CPU per turn, peak RSS)
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -180,6 +184,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Users(cmd) => users::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Models(cmd) => models::run(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::Bench(cmd) => {
+            let data_dir = cli.global.data_dir.clone();
+            bench::run(cmd, load_settings(&cli.global, None, None)?, data_dir).await
+        }
     }
 }
 

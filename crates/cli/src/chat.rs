@@ -7,7 +7,6 @@
 //! AgentOutput JSON object per turn.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
@@ -183,7 +182,7 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
     } else {
         settings.memory_mode
     };
-    remove_legacy_history(&settings);
+    crate::memory_cmd::remove_legacy_history(&settings);
     let service = Runtime::from_settings(&settings, memory_mode)
         .await
         .context("could not start the runtime")?
@@ -223,39 +222,6 @@ async fn run_piped(session: &mut Session) -> anyhow::Result<()> {
         session.send(message).await?;
     }
     Ok(())
-}
-
-/// The plain-text input history earlier builds kept in the data directory:
-/// every typed line, crisis messages included, shared by every thread and
-/// user. Nothing writes it any more; it is deleted when found.
-pub const LEGACY_HISTORY_FILE: &str = "chat_history.txt";
-
-fn legacy_history_path(settings: &Settings) -> PathBuf {
-    settings.resolved_data_dir().join(LEGACY_HISTORY_FILE)
-}
-
-/// Deletes the legacy input-history file if it exists (at chat start-up and
-/// on memory clear). Returns whether there was one. A file that cannot be
-/// deleted is reported on stderr, never silently kept.
-pub fn remove_legacy_history(settings: &Settings) -> bool {
-    let path = legacy_history_path(settings);
-    match std::fs::remove_file(&path) {
-        Ok(()) => {
-            eprintln!(
-                "opencouch: deleted {}: earlier versions kept typed lines there; nothing is written there any more.",
-                path.display()
-            );
-            true
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => {
-            eprintln!(
-                "opencouch: could not delete {} (typed lines of an earlier version): {e}; please delete it.",
-                path.display()
-            );
-            false
-        }
-    }
 }
 
 async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
@@ -458,7 +424,7 @@ async fn memory_command(
                 .readline(&format!("Type CLEAR to delete {kind} permanently › "))
                 .unwrap_or_default();
             if answer.trim() == "CLEAR" {
-                remove_legacy_history(&session.settings);
+                crate::memory_cmd::remove_legacy_history(&session.settings);
                 let n = svc.memory_clear(&owner, which.kinds()).await?;
                 outln!("Deleted {n} items.")?;
             } else {

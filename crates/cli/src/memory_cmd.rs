@@ -2,6 +2,7 @@
 //! bulk clear with typed confirmation (deliberately not exposed over HTTP).
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -102,10 +103,43 @@ pub async fn run(cmd: MemoryCmd, settings: Settings) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
-            crate::chat::remove_legacy_history(&settings);
+            remove_legacy_history(&settings);
             let n = svc.memory_clear(&user, kind.kinds()).await?;
             outln!("Deleted {n} memory records for {user}.")?;
             Ok(())
+        }
+    }
+}
+
+/// The plain-text input history earlier builds kept in the data directory:
+/// every typed line, crisis messages included, shared by every thread and
+/// user. Nothing writes it any more; it is deleted when found.
+pub const LEGACY_HISTORY_FILE: &str = "chat_history.txt";
+
+fn legacy_history_path(settings: &Settings) -> PathBuf {
+    settings.resolved_data_dir().join(LEGACY_HISTORY_FILE)
+}
+
+/// Deletes the legacy input-history file if it exists (at chat start-up and
+/// on memory clear). Returns whether there was one. A file that cannot be
+/// deleted is reported on stderr, never silently kept.
+pub fn remove_legacy_history(settings: &Settings) -> bool {
+    let path = legacy_history_path(settings);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            eprintln!(
+                "opencouch: deleted {}: earlier versions kept typed lines there; nothing is written there any more.",
+                path.display()
+            );
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => {
+            eprintln!(
+                "opencouch: could not delete {} (typed lines of an earlier version): {e}; please delete it.",
+                path.display()
+            );
+            false
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod service;
 pub mod session;
 pub mod specialists;
 pub mod summary;
+pub mod thread_id;
 pub mod tools;
 pub mod triage;
 pub mod turn;

@@ -81,7 +81,7 @@ fn validate(rt: &Runtime, input: &AgentInput) -> Result<(), RuntimeError> {
     if input.thread_id.trim().is_empty() {
         return Err(RuntimeError::InvalidInput("thread_id must not be empty"));
     }
-    if input.thread_id.chars().count() > crate::service::MAX_STORED_THREAD_ID_CHARS {
+    if input.thread_id.chars().count() > crate::thread_id::MAX_STORED_THREAD_ID_CHARS {
         return Err(RuntimeError::InvalidInput(
             "thread_id is longer than 161 characters (an owner of at most 32 plus a thread id of at most 128)",
         ));

@@ -59,17 +59,16 @@ impl ClearKind {
 
 /// Prints the saved memory of `owner` (numbered as in chat and the API).
 pub async fn print_inspect(svc: &Service, owner: &str) -> anyhow::Result<()> {
-    let status = svc.memory_status(owner).await?;
+    let items = svc.memory_items(owner).await?;
     outln!(
         "Memory for {owner} (proactive recall {})",
-        if status.proactive_recall { "on" } else { "off" }
+        if items.proactive_recall { "on" } else { "off" }
     )?;
-    for (title, kind) in [
-        ("Facts", TargetKind::Fact),
-        ("Sessions", TargetKind::Session),
-        ("Rules", TargetKind::Rule),
+    for (title, items) in [
+        ("Facts", &items.facts),
+        ("Sessions", &items.sessions),
+        ("Rules", &items.rules),
     ] {
-        let items = svc.memory_list(owner, kind).await?;
         outln!("\n{title}:")?;
         if items.is_empty() {
             outln!("  (none)")?;

@@ -75,6 +75,19 @@ pub struct MemoryStatus {
     pub proactive_recall: bool,
 }
 
+/// An owner's visible memory, as listed to them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryItems {
+    /// Active facts.
+    pub facts: Vec<String>,
+    /// Visible session summaries.
+    pub sessions: Vec<String>,
+    /// Active style rules.
+    pub rules: Vec<String>,
+    /// Whether proactive recall is on.
+    pub proactive_recall: bool,
+}
+
 /// A memory deletion waiting for the person's confirmation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedForget {
@@ -348,6 +361,22 @@ impl Service {
             TargetKind::Rule => snap.rules,
         };
         Ok(rows.into_iter().map(|(_, text)| text).collect())
+    }
+
+    /// Everything visible to `owner` in one read: the items of each kind
+    /// (in the order indexes refer to) and the recall switch.
+    ///
+    /// # Errors
+    /// [`ServiceError::Incognito`], storage failures.
+    pub async fn memory_items(&self, owner: &str) -> Result<MemoryItems, ServiceError> {
+        let snap = self.control()?.snapshot(owner).await?;
+        let texts = |rows: Vec<(String, String)>| rows.into_iter().map(|(_, t)| t).collect();
+        Ok(MemoryItems {
+            facts: texts(snap.facts),
+            sessions: texts(snap.sessions),
+            rules: texts(snap.rules),
+            proactive_recall: snap.proactive_recall_enabled,
+        })
     }
 
     /// Turns proactive recall on or off.

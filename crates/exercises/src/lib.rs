@@ -44,8 +44,9 @@ pub use model::{
 };
 pub use phrases::PhraseError;
 pub use render::{
-    RenderMode, render_cancel, render_completion, render_hold, render_intro, render_items_progress,
-    render_offer, render_resume, render_skill_block, render_start, render_step, render_transition,
+    RenderMode, context_line, render_cancel, render_completion, render_hold, render_intro,
+    render_items_progress, render_offer, render_resume, render_skill_block, render_start,
+    render_step, render_transition,
 };
 
 pub use opencouch_core::exercise::{

@@ -8,7 +8,7 @@ use opencouch_core::Approach;
 use opencouch_core::exercise::{ExerciseState, Transition, TransitionKind};
 use serde::Deserialize;
 
-use crate::catalog::{Completion, Exercise, Step};
+use crate::catalog::{Catalog, Completion, Exercise, Step};
 use crate::classify::items_remaining;
 
 const RESPONSES_TOML: &str = include_str!("../data/responses.toml");
@@ -243,6 +243,23 @@ pub fn render_skill_block(
             ("completion", &completion),
         ],
     ))
+}
+
+/// One line describing the active exercise for prompts (triage, the
+/// therapeutic turn and the exercise turn all use it).
+pub fn context_line(ex: &ExerciseState) -> String {
+    let total = Catalog::builtin()
+        .get(&ex.exercise_type)
+        .map(|e| e.steps.len())
+        .unwrap_or(0);
+    format!(
+        "Active guided exercise: {} (step {} of {}, step id {}, approach {}).",
+        ex.exercise_type,
+        ex.exercise_step + 1,
+        total,
+        ex.exercise_step_id,
+        ex.exercise_therapeutic_approach
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use opencouch_llm::{EmbeddingProvider, EmbeddingsConfig, OpenAiEmbeddings};
 use opencouch_memory::embed_local::{ModelLocation, locate_model};
 use opencouch_memory::{EmbedError, Embedder};
 
-use crate::memory::EmbedderHandle;
+use crate::ports::EmbedderHandle;
 
 /// Adapts an OpenAI-compatible [`EmbeddingProvider`] to the memory layer.
 struct RemoteEmbedder {

@@ -19,34 +19,15 @@ use serde_json::{Value, json};
 
 use crate::agent::{Toolbox, run_tool_loop};
 use crate::fallback::{FailureNote, model_reply};
-use crate::runtime::Runtime;
-use crate::specialists::{
-    SpecialistInput, SpecialistOutcome, instruction_spec, messages_for, model, tool_context,
+use crate::ports::Ports;
+use crate::stage::{
+    SpecialistInput, SpecialistOutcome, deterministic_therapeutic, instruction_spec, messages_for,
+    tool_context,
 };
+pub use crate::tools::ProgressRequest;
 use crate::tools::{Tool, ToolContext, ToolError, registry_spec, str_arg};
 
-/// A progress report from the model that the runtime accepted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProgressRequest {
-    pub outcome: StepOutcome,
-    pub transition: Transition,
-}
-
-/// One line describing the active exercise for prompts.
-pub fn context_line(ex: &ExerciseState) -> String {
-    let total = Catalog::builtin()
-        .get(&ex.exercise_type)
-        .map(|e| e.steps.len())
-        .unwrap_or(0);
-    format!(
-        "Active guided exercise: {} (step {} of {}, step id {}, approach {}).",
-        ex.exercise_type,
-        ex.exercise_step + 1,
-        total,
-        ex.exercise_step_id,
-        ex.exercise_therapeutic_approach
-    )
-}
+use opencouch_exercises::context_line;
 
 /// `list_guided_exercise_skills`: metadata only, filtered by channel and
 /// approach.
@@ -163,8 +144,8 @@ impl ExerciseTools {
     }
 
     /// The toolbox the registry gives `toolset`.
-    fn toolbox(&self, rt: &Runtime, toolset: Toolset) -> Toolbox {
-        Toolbox::offered(toolset, rt.memory_mode(), |name| self.get(name))
+    fn toolbox(&self, memory_mode: opencouch_core::MemoryMode, toolset: Toolset) -> Toolbox {
+        Toolbox::offered(toolset, memory_mode, |name| self.get(name))
     }
 }
 
@@ -185,11 +166,11 @@ fn outcome(
 }
 
 /// Runs the guided-exercise turn (start, continue, resume or stop).
-pub(crate) async fn run(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+pub(crate) async fn run(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let mut diag = Diagnostics::new();
     let catalog = Catalog::builtin();
     match &si.state.exercise_state {
-        None => start(rt, si, catalog, diag).await,
+        None => start(ports, si, catalog, diag).await,
         Some(state) => {
             let Some(exercise) = catalog.get(&state.exercise_type) else {
                 // A stored exercise the catalog no longer has: clear it.
@@ -215,14 +196,14 @@ pub(crate) async fn run(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOut
                         .unwrap_or_else(opencouch_exercises::render_cancel);
                     outcome(text, ExerciseUpdate::Keep, approach, diag)
                 }
-                _ => continue_step(rt, si, exercise, state, diag).await,
+                _ => continue_step(ports, si, exercise, state, diag).await,
             }
         }
     }
 }
 
 async fn start(
-    rt: &Runtime,
+    ports: &Ports,
     si: &SpecialistInput<'_>,
     catalog: &Catalog,
     mut diag: Diagnostics,
@@ -234,11 +215,7 @@ async fn start(
     let Some(exercise) = requested else {
         // No valid exercise named: offer instead of starting anything.
         diag.set("exercise_start_rejected", "unknown_exercise");
-        let mut out = crate::specialists::deterministic_therapeutic(
-            si,
-            ResponseStyle::Supportive,
-            Approach::None,
-        );
+        let mut out = deterministic_therapeutic(si, ResponseStyle::Supportive, Approach::None);
         out.diagnostics.merge(diag);
         return out;
     };
@@ -250,7 +227,7 @@ async fn start(
     diag.set("exercise_started", exercise.id.as_str());
     let deterministic = opencouch_exercises::render_start(exercise);
     let text = word_with_model(
-        rt,
+        ports,
         si,
         exercise,
         &state,
@@ -280,7 +257,7 @@ fn step_replies(si: &SpecialistInput<'_>, state: &ExerciseState) -> Vec<String> 
 }
 
 async fn continue_step(
-    rt: &Runtime,
+    ports: &Ports,
     si: &SpecialistInput<'_>,
     exercise: &Exercise,
     state: &ExerciseState,
@@ -302,7 +279,7 @@ async fn continue_step(
     let reply = si.input.message.as_str();
 
     // Model path: the model may record progress (validated), and words it.
-    let (model_text, recorded) = model_turn(rt, si, exercise, state, &mut diag).await;
+    let (model_text, recorded) = model_turn(ports, si, exercise, state, &mut diag).await;
     let (step_outcome, transition) = match recorded {
         Some(p) => {
             diag.set("exercise_progress_source", "model_tool");
@@ -310,8 +287,8 @@ async fn continue_step(
         }
         None => {
             let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
-            let outcome_now = if rt.inner.model.is_some() && !assessment.confident {
-                classify_with_model(rt, exercise, step, reply, &mut diag)
+            let outcome_now = if ports.model.is_some() && !assessment.confident {
+                classify_with_model(ports, exercise, step, reply, &mut diag)
                     .await
                     .unwrap_or(assessment.outcome)
             } else {
@@ -319,7 +296,7 @@ async fn continue_step(
             };
             diag.set(
                 "exercise_progress_source",
-                if rt.inner.model.is_some() {
+                if ports.model.is_some() {
                     "runtime_fallback"
                 } else {
                     "deterministic"
@@ -395,21 +372,21 @@ async fn continue_step(
 }
 
 async fn classify_with_model(
-    rt: &Runtime,
+    ports: &Ports,
     exercise: &Exercise,
     step: &opencouch_exercises::Step,
     reply: &str,
     diag: &mut Diagnostics,
 ) -> Option<StepOutcome> {
-    let model = rt.inner.model.as_ref()?;
+    let model = ports.model.get()?;
     let (system, user) = opencouch_exercises::step_classifier_prompt(exercise, step, reply);
     let call = opencouch_llm::structured::<opencouch_exercises::StepClassification, _>(
-        model.as_ref(),
+        model,
         ModelTier::Control,
         &system,
         &user,
     );
-    match tokio::time::timeout(rt.inner.opts.model_timeout, call).await {
+    match tokio::time::timeout(ports.model.timeout(), call).await {
         Ok(Ok(c)) => Some(c.step_outcome()),
         Ok(Err(e)) => {
             diag.set("exercise_classifier_fallback_reason", e.kind());
@@ -426,13 +403,13 @@ async fn classify_with_model(
 /// text (if usable) and the accepted progress report (if any); both `None`
 /// without a model or when it fails.
 async fn model_turn(
-    rt: &Runtime,
+    ports: &Ports,
     si: &SpecialistInput<'_>,
     exercise: &Exercise,
     state: &ExerciseState,
     diag: &mut Diagnostics,
 ) -> (Option<String>, Option<ProgressRequest>) {
-    model_reply(model(rt), diag, |model, diag| async move {
+    model_reply(ports.model.get(), diag, |model, diag| async move {
         let idx = state.exercise_step as usize;
         let block = opencouch_exercises::render_skill_block(
             exercise,
@@ -453,12 +430,12 @@ async fn model_turn(
             block,
             state: state.clone(),
         };
-        let ctx = tool_context(rt, si);
+        let ctx = tool_context(ports.memory_mode(), si);
         let o = run_tool_loop(
             model,
             si.input.response_model_tier,
             messages_for(&spec),
-            &tools.toolbox(rt, Toolset::ExerciseStep),
+            &tools.toolbox(ports.memory_mode(), Toolset::ExerciseStep),
             &ctx,
         )
         .await?;
@@ -493,7 +470,7 @@ async fn model_turn(
 /// Words a just-started exercise's first step with the model; the
 /// `deterministic` text without a model, a step block or a usable reply.
 async fn word_with_model(
-    rt: &Runtime,
+    ports: &Ports,
     si: &SpecialistInput<'_>,
     exercise: &Exercise,
     state: &ExerciseState,
@@ -501,7 +478,7 @@ async fn word_with_model(
     deterministic: String,
     diag: &mut Diagnostics,
 ) -> String {
-    model_reply(model(rt), diag, |model, _| async move {
+    model_reply(ports.model.get(), diag, |model, _| async move {
         let Some(block) = opencouch_exercises::render_skill_block(
             exercise,
             state.exercise_step as usize,
@@ -520,12 +497,12 @@ async fn word_with_model(
             block,
             state: state.clone(),
         };
-        let ctx = tool_context(rt, si);
+        let ctx = tool_context(ports.memory_mode(), si);
         let o = run_tool_loop(
             model,
             si.input.response_model_tier,
             messages_for(&spec),
-            &tools.toolbox(rt, Toolset::ExerciseStart),
+            &tools.toolbox(ports.memory_mode(), Toolset::ExerciseStart),
             &ctx,
         )
         .await?;

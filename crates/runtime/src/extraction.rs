@@ -23,7 +23,8 @@
 //!    nothing is lost or applied twice.
 //! 4. **Privacy**: a memory-control request clears the buffer and discards
 //!    the thread's pending jobs ([`discard`]).
-//! 5. **Shutdown**: [`Runtime::flush_memory_extraction`] waits (bounded) for
+//! 5. **Shutdown**: [`Extractor::flush`] (behind
+//!    `Runtime::flush_memory_extraction`) waits (bounded) for
 //!    every job, then settles whatever is left under each thread's lock.
 //!
 //! Across processes (PostgreSQL), a session ended by another process makes a
@@ -40,11 +41,11 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use opencouch_core::Message;
 use opencouch_memory::policy::{Admission, MemoryCandidate, SessionMemoryBuffer};
-use opencouch_store::ActiveSession;
+use opencouch_store::{ActiveSession, Stores};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::runtime::Runtime;
+use crate::ports::MemoryPorts;
 
 /// What a job needs: everything is captured when the turn commits.
 #[derive(Debug, Clone)]
@@ -64,7 +65,7 @@ pub(crate) struct JobSpec {
 pub(crate) fn session_key(row: &ActiveSession) -> String {
     format!(
         "{}:{}",
-        crate::session::session_id(row),
+        crate::audit::session_id(row),
         row.transcript_start_index
     )
 }
@@ -171,9 +172,18 @@ impl ExtractionJobs {
     }
 }
 
+/// What extraction jobs need: the registry, the stores (thread lock and
+/// session rows) and the memory side. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Extractor {
+    pub(crate) jobs: Arc<ExtractionJobs>,
+    pub(crate) stores: Stores,
+    pub(crate) memory: MemoryPorts,
+}
+
 /// Spawns the extraction job of a committed turn.
-pub(crate) fn spawn(rt: &Runtime, spec: JobSpec) {
-    let jobs = &rt.inner.extractions;
+pub(crate) fn spawn(ex: &Extractor, spec: JobSpec) {
+    let jobs = &ex.jobs;
     let (tx, rx) = watch::channel(None);
     let job = Arc::new(Job {
         id: jobs.next.fetch_add(1, Ordering::Relaxed),
@@ -184,22 +194,22 @@ pub(crate) fn spawn(rt: &Runtime, spec: JobSpec) {
     // Registered under the map lock, so the task's own removal (which takes
     // the same lock) always comes after the insertion.
     let mut map = jobs.lock();
-    let handle = tokio::spawn(run(rt.clone(), job.clone(), tx));
+    let handle = tokio::spawn(run(ex.clone(), job.clone(), tx));
     map.entry(job.spec.thread_id.clone())
         .or_default()
         .push(Entry { job, handle });
     jobs.live.send_modify(|n| *n += 1);
 }
 
-async fn run(rt: Runtime, job: Arc<Job>, tx: watch::Sender<Option<Arc<JobResult>>>) {
+async fn run(ex: Extractor, job: Arc<Job>, tx: watch::Sender<Option<Arc<JobResult>>>) {
     let started = Instant::now();
-    let result = Arc::new(propose(&rt, &job.spec).await);
+    let result = Arc::new(propose(&ex.memory, &job.spec).await);
     let propose_ms = started.elapsed().as_secs_f64() * 1000.0;
     tx.send_replace(Some(result.clone()));
-    match rt.inner.stores.lock_thread(&job.spec.thread_id).await {
+    match ex.stores.lock_thread(&job.spec.thread_id).await {
         Ok(guard) => {
             if job.claim() {
-                match apply_to_stored_row(&rt, &job.spec, &result).await {
+                match apply_to_stored_row(&ex, &job.spec, &result).await {
                     Ok(Some(counts)) => tracing::debug!(
                         path = result.path.as_str(),
                         held = counts.held,
@@ -221,7 +231,7 @@ async fn run(rt: Runtime, job: Arc<Job>, tx: watch::Sender<Option<Arc<JobResult>
         }
         Err(e) => tracing::warn!(error = %e, "memory extraction dropped: thread lock unavailable"),
     }
-    rt.inner.extractions.remove(&job.spec.thread_id, job.id);
+    ex.jobs.remove(&job.spec.thread_id, job.id);
 }
 
 /// The deterministic extractor's candidates.
@@ -234,8 +244,8 @@ fn deterministic(spec: &JobSpec, reason: &'static str) -> JobResult {
 }
 
 /// Asks the policy model; falls back to the deterministic extractor.
-async fn propose(rt: &Runtime, spec: &JobSpec) -> JobResult {
-    let Some(model) = rt.inner.policy_model.as_ref() else {
+async fn propose(memory: &MemoryPorts, spec: &JobSpec) -> JobResult {
+    let Some(model) = memory.policy_model.as_ref() else {
         return deterministic(spec, "no_model");
     };
     match model.extract(&spec.history, &spec.message).await {
@@ -279,7 +289,7 @@ pub(crate) struct AdmitCounts {
 /// run in [`SessionMemoryBuffer::admit`]). An admitted commit-now (only an
 /// explicit procedural request can get there) is written immediately.
 async fn admit_into(
-    rt: &Runtime,
+    memory: &MemoryPorts,
     spec: &JobSpec,
     result: &JobResult,
     row: &mut ActiveSession,
@@ -305,11 +315,11 @@ async fn admit_into(
         }
     }
     row.session_buffer = serde_json::to_value(&buffer).unwrap_or_default();
-    let backend = crate::memory::backend(rt);
+    let backend = crate::memory::backend(memory);
     for c in now_writes {
         match opencouch_memory::policy::commit_now(
             &backend,
-            rt.inner.policy_model.as_deref(),
+            memory.policy_model.as_deref(),
             &spec.owner_id,
             &c,
             Utc::now(),
@@ -327,11 +337,11 @@ async fn admit_into(
 /// Step 2: under the thread lock, re-read the row and apply if it is still
 /// the job's session. `Ok(None)` when the session ended or rotated.
 async fn apply_to_stored_row(
-    rt: &Runtime,
+    ex: &Extractor,
     spec: &JobSpec,
     result: &JobResult,
 ) -> Result<Option<AdmitCounts>, opencouch_store::StoreError> {
-    let sessions = &rt.inner.stores.sessions;
+    let sessions = &ex.stores.sessions;
     let Some(mut row) = sessions.get(&spec.thread_id).await? else {
         return Ok(None);
     };
@@ -340,7 +350,7 @@ async fn apply_to_stored_row(
     {
         return Ok(None);
     }
-    let counts = admit_into(rt, spec, result, &mut row).await;
+    let counts = admit_into(&ex.memory, spec, result, &mut row).await;
     sessions.put(&row).await?;
     Ok(Some(counts))
 }
@@ -365,12 +375,12 @@ pub(crate) struct Settled {
 /// jobs, claims them and admits their candidates into `row` (not written
 /// back: the caller owns the row).
 pub(crate) async fn settle_locked(
-    rt: &Runtime,
+    ex: &Extractor,
     thread_id: &str,
     row: &mut ActiveSession,
     bound: Duration,
 ) -> Settled {
-    let entries = rt.inner.extractions.take_thread(thread_id);
+    let entries = ex.jobs.take_thread(thread_id);
     let mut out = Settled::default();
     if entries.is_empty() {
         return out;
@@ -406,15 +416,15 @@ pub(crate) async fn settle_locked(
                 Arc::new(deterministic(&job.spec, "settle_timeout"))
             }
         };
-        admit_into(rt, &job.spec, &result, row).await;
+        admit_into(&ex.memory, &job.spec, &result, row).await;
     }
     out
 }
 
 /// Step 4: drops the thread's pending jobs (the person asked for privacy).
 /// The caller holds the thread lock.
-pub(crate) fn discard(rt: &Runtime, thread_id: &str) -> usize {
-    let entries = rt.inner.extractions.take_thread(thread_id);
+pub(crate) fn discard(jobs: &ExtractionJobs, thread_id: &str) -> usize {
+    let entries = jobs.take_thread(thread_id);
     for e in &entries {
         e.job.claim();
         e.handle.abort();
@@ -422,7 +432,7 @@ pub(crate) fn discard(rt: &Runtime, thread_id: &str) -> usize {
     entries.len()
 }
 
-/// What [`Runtime::flush_memory_extraction`] did.
+/// What [`Extractor::flush`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlushOutcome {
     /// Every job finished on its own within the bound.
@@ -432,18 +442,13 @@ pub struct FlushOutcome {
     pub settled: usize,
 }
 
-impl Runtime {
-    /// Background memory-extraction jobs not yet applied.
-    pub fn pending_memory_extractions(&self) -> usize {
-        self.inner.extractions.pending()
-    }
-
+impl Extractor {
     /// Waits up to `timeout` for background memory extraction to finish,
     /// then settles what is left under each thread's lock (their candidates
     /// if ready, else the deterministic extractor) so nothing is lost.
     /// Call it before shutting down; it is cheap when nothing is pending.
-    pub async fn flush_memory_extraction(&self, timeout: Duration) -> FlushOutcome {
-        let mut live = self.inner.extractions.live.subscribe();
+    pub(crate) async fn flush(&self, timeout: Duration) -> FlushOutcome {
+        let mut live = self.jobs.live.subscribe();
         if tokio::time::timeout(timeout, live.wait_for(|n| *n == 0))
             .await
             .is_ok()
@@ -454,15 +459,15 @@ impl Runtime {
             };
         }
         let mut settled = 0;
-        for thread_id in self.inner.extractions.threads() {
-            let guard = match self.inner.stores.lock_thread(&thread_id).await {
+        for thread_id in self.jobs.threads() {
+            let guard = match self.stores.lock_thread(&thread_id).await {
                 Ok(g) => g,
                 Err(e) => {
                     tracing::warn!(error = %e, "flush: thread lock unavailable");
                     continue;
                 }
             };
-            let sessions = &self.inner.stores.sessions;
+            let sessions = &self.stores.sessions;
             match sessions.get(&thread_id).await {
                 Ok(Some(mut row)) => {
                     let s = settle_locked(self, &thread_id, &mut row, Duration::ZERO).await;
@@ -472,7 +477,7 @@ impl Runtime {
                     }
                 }
                 Ok(None) => {
-                    discard(self, &thread_id);
+                    discard(&self.jobs, &thread_id);
                 }
                 Err(e) => tracing::warn!(error = %e, "flush: session row unreadable"),
             }

@@ -4,30 +4,29 @@
 //!
 //! **Invariant:** in incognito nothing here writes durable memory: the
 //! incognito runtime only has in-memory stores, and every write function
-//! returns early for [`MemoryMode::Incognito`] as well.
+//! returns early for incognito memory ports as well.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::Utc;
 use opencouch_config::Settings;
-use opencouch_core::{AgentInput, CrisisLevel, Diagnostics, MemoryMode};
+use opencouch_core::{AgentInput, CrisisLevel, Diagnostics};
 use opencouch_memory::backend::{
     BackendError, MemoryBackend as Backend, MemoryRecord as MemRecord, StoredEmbedding,
 };
 use opencouch_memory::policy::{ExtractionGate, SessionMemoryBuffer};
-use opencouch_memory::{Embedder, RetrievalRequest, SessionArc};
+use opencouch_memory::{RetrievalRequest, SessionArc};
 use opencouch_store::{
     ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore,
 };
 
 use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::plan::RoutePlan;
-use crate::runtime::Runtime;
-use crate::specialists::SpecialistOutcome;
-
-/// A shared embedding provider.
-pub type EmbedderHandle = Arc<dyn Embedder>;
+pub use crate::ports::EmbedderHandle;
+use crate::ports::{MemoryPorts, Ports};
+pub use crate::stage::LoadedMemory;
+use crate::stage::SpecialistOutcome;
 
 /// Adapts the store crate's [`MemoryStore`] to the memory layer's backend
 /// trait (the two record types differ only in naming).
@@ -151,43 +150,32 @@ impl Backend for StoreBackend {
     }
 }
 
-pub fn backend(rt: &Runtime) -> StoreBackend {
-    StoreBackend::new(rt.inner.stores.memory.clone())
-}
-
-/// What retrieval gave a turn.
-#[derive(Debug, Clone, Default)]
-pub struct LoadedMemory {
-    /// Remembered context lines (facts and arcs), formatted for the prompt.
-    pub lines: Vec<String>,
-    /// Procedural rules (always applied).
-    pub rules: Vec<String>,
-    pub proactive_recall: bool,
-    pub diagnostics: Diagnostics,
+pub fn backend(m: &MemoryPorts) -> StoreBackend {
+    StoreBackend::new(m.store.clone())
 }
 
 /// Per-turn retrieval. Incognito and store failures give empty memory
 /// (the turn goes on); diagnostics say which.
 pub(crate) async fn load_for_turn(
-    rt: &Runtime,
+    m: &MemoryPorts,
     input: &AgentInput,
     query: &str,
     first_turn: bool,
 ) -> LoadedMemory {
     let mut out = LoadedMemory::default();
-    if rt.memory_mode() == MemoryMode::Incognito {
+    if m.incognito() {
         out.diagnostics.set("retrieval_path", "skipped_incognito");
         return out;
     }
-    let backend = backend(rt);
-    let embedder = rt.inner.embedder.as_deref();
+    let backend = backend(m);
+    let embedder = m.embedder.as_deref();
     let req = RetrievalRequest {
         owner_id: input.owner_id(),
         query,
         first_turn_of_session: first_turn,
         now: Utc::now(),
     };
-    let cache = Some(rt.inner.index_cache.as_ref());
+    let cache = Some(m.index_cache.as_ref());
     match opencouch_memory::retrieve_cached(&backend, embedder, cache, &req).await {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
@@ -217,14 +205,14 @@ fn prompt_line(e: &opencouch_memory::WorkingMemoryEntry) -> String {
 
 /// Stores a session arc (with its embedding when a provider exists).
 pub(crate) async fn store_arc(
-    rt: &Runtime,
+    m: &MemoryPorts,
     owner: &str,
     arc: &SessionArc,
 ) -> Result<(), BackendError> {
-    if rt.memory_mode() == MemoryMode::Incognito {
+    if m.incognito() {
         return Ok(());
     }
-    let embedding = match rt.inner.embedder.as_deref() {
+    let embedding = match m.embedder.as_deref() {
         Some(e) => {
             opencouch_memory::retrieval::embed_for_storage(e, std::slice::from_ref(&arc.summary))
                 .await
@@ -233,7 +221,7 @@ pub(crate) async fn store_arc(
         }
         None => None,
     };
-    backend(rt)
+    backend(m)
         .put(MemRecord::from_arc(owner, arc, embedding))
         .await
 }
@@ -269,7 +257,7 @@ pub(crate) struct FinishedTurn<'a> {
 /// [`crate::extraction`]). An explicit privacy or memory-control request
 /// clears the held candidates.
 pub(crate) fn after_turn(
-    rt: &Runtime,
+    m: &MemoryPorts,
     t: &FinishedTurn<'_>,
     active: &mut ActiveSession,
 ) -> AfterTurn {
@@ -299,7 +287,7 @@ pub(crate) fn after_turn(
     }
     let gate = ExtractionGate {
         crisis_level: level.get(),
-        memory_mode: rt.memory_mode(),
+        memory_mode: m.mode,
         route: Some(plan.kind.route()),
         message: &input.message,
     };
@@ -310,7 +298,7 @@ pub(crate) fn after_turn(
                 format!("skipped_{}", skip_name(reason)),
             );
         }
-        None if rt.inner.policy_model.is_some() => {
+        None if m.policy_model.is_some() => {
             let skip = history
                 .len()
                 .saturating_sub(opencouch_prompts::memory::EXTRACT_HISTORY_LIMIT);
@@ -366,13 +354,6 @@ fn pending_from_state(
     v.and_then(|v| opencouch_memory::control::PendingAction::from_json(v).ok())
 }
 
-/// Whether the deterministic parser reads `message` as a memory command
-/// (confirm / cancel / option words count only while an action is pending).
-pub(crate) fn is_memory_command(message: &str, pending: Option<&serde_json::Value>) -> bool {
-    let pending = pending_from_state(pending);
-    opencouch_memory::control::parse_command(message, pending.as_ref()).is_some()
-}
-
 fn pending_update(
     change: &opencouch_memory::control::PendingChange,
 ) -> opencouch_core::state::PendingUpdate {
@@ -388,9 +369,9 @@ fn pending_update(
 /// The memory-control service over this runtime's store.
 /// In hybrid mode the service words saved preferences with the policy model
 /// and reconciles them with the active rules (deterministic fallback).
-pub fn control_service(rt: &Runtime) -> opencouch_memory::control::MemoryControlService {
-    let service = opencouch_memory::control::MemoryControlService::new(Arc::new(backend(rt)));
-    match &rt.inner.policy_model {
+pub fn control_service(m: &MemoryPorts) -> opencouch_memory::control::MemoryControlService {
+    let service = opencouch_memory::control::MemoryControlService::new(Arc::new(backend(m)));
+    match &m.policy_model {
         Some(m) => service.with_policy_model(m.clone()),
         None => service,
     }
@@ -401,7 +382,7 @@ pub fn control_service(rt: &Runtime) -> opencouch_memory::control::MemoryControl
 /// intent gate and incognito rules are applied by the service's dispatcher.
 pub struct MemoryTool {
     spec: opencouch_llm::ToolSpec,
-    rt: Runtime,
+    memory: MemoryPorts,
     pending: Option<opencouch_memory::control::PendingAction>,
 }
 
@@ -416,7 +397,7 @@ impl crate::tools::Tool for MemoryTool {
         ctx: &crate::tools::ToolContext,
         args: serde_json::Value,
     ) -> Result<serde_json::Value, crate::tools::ToolError> {
-        let service = control_service(&self.rt);
+        let service = control_service(&self.memory);
         let tctx = opencouch_memory::control::ToolContext {
             owner_id: Some(ctx.owner_id.as_str()),
             memory_mode: ctx.memory_mode,
@@ -425,7 +406,7 @@ impl crate::tools::Tool for MemoryTool {
             pending: self.pending.as_ref(),
             now: Utc::now(),
         };
-        let embedder = self.rt.inner.embedder.as_deref();
+        let embedder = self.memory.embedder.as_deref();
         let result = opencouch_memory::control::dispatch_tool(
             &service,
             embedder,
@@ -446,18 +427,18 @@ impl crate::tools::Tool for MemoryTool {
 /// schemas are the memory crate's for the runtime's memory mode (incognito:
 /// only the status tool); which of them a turn offers is the registry's.
 pub struct MemoryTools {
-    rt: Runtime,
+    memory: MemoryPorts,
     pending: Option<opencouch_memory::control::PendingAction>,
     specs: Vec<serde_json::Value>,
 }
 
 impl MemoryTools {
-    /// The tools over `rt`, with the stored pending action.
-    pub fn new(rt: &Runtime, pending: Option<&serde_json::Value>) -> Self {
+    /// The tools over `memory`, with the stored pending action.
+    pub fn new(memory: &MemoryPorts, pending: Option<&serde_json::Value>) -> Self {
         MemoryTools {
-            rt: rt.clone(),
+            memory: memory.clone(),
             pending: pending_from_state(pending),
-            specs: opencouch_memory::control::tool_specs(rt.memory_mode()),
+            specs: opencouch_memory::control::tool_specs(memory.mode),
         }
     }
 
@@ -467,7 +448,7 @@ impl MemoryTools {
         let spec = self.specs.iter().find(|v| v["name"] == name)?;
         Some(Arc::new(MemoryTool {
             spec: crate::tools::spec_from_json(spec),
-            rt: self.rt.clone(),
+            memory: self.memory.clone(),
             pending: self.pending.clone(),
         }))
     }
@@ -481,8 +462,8 @@ forget something (\"forget fact 2\"). Deleting always asks you to confirm first.
 /// app owns mutations); in hybrid mode a model with the memory tools handles
 /// what the parser does not understand, through the intent gate.
 pub(crate) async fn control_turn(
-    rt: &Runtime,
-    si: &crate::specialists::SpecialistInput<'_>,
+    ports: &Ports,
+    si: &crate::stage::SpecialistInput<'_>,
 ) -> SpecialistOutcome {
     use opencouch_core::ResponseStyle;
     use opencouch_memory::control::ControlContext;
@@ -490,11 +471,11 @@ pub(crate) async fn control_turn(
     let stored = si.state.pending_memory_action.as_ref();
     let pending = pending_from_state(stored);
     let privacy_request = opencouch_memory::policy::is_memory_control_request(&si.input.message);
-    let service = control_service(rt);
+    let service = control_service(&ports.memory);
     let owner = si.input.owner_id().to_owned();
     let ctx = ControlContext {
         owner_id: Some(&owner),
-        memory_mode: rt.memory_mode(),
+        memory_mode: ports.memory_mode(),
         now: Utc::now(),
     };
     let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref());
@@ -520,48 +501,41 @@ pub(crate) async fn control_turn(
             }
         };
     }
-    model_reply(
-        crate::specialists::model(rt),
-        &mut diag,
-        |model, diag| async move {
-            diag.set("memory_control_path", "model_tools");
-            let spec = crate::specialists::instruction_spec(
-                opencouch_prompts::Specialist::MemoryControl,
-                si,
-            );
-            let tools = MemoryTools::new(rt, stored);
-            let toolbox = crate::agent::Toolbox::offered(
-                opencouch_prompts::tools::Toolset::MemoryControl,
-                rt.memory_mode(),
-                |name| tools.get(name),
-            );
-            let tctx = crate::specialists::tool_context(rt, si);
-            let o = crate::agent::run_tool_loop(
-                model,
-                opencouch_core::ModelTier::Control,
-                crate::specialists::messages_for(&spec),
-                &toolbox,
-                &tctx,
-            )
-            .await?;
-            let names: Vec<serde_json::Value> = o
-                .calls
-                .iter()
-                .map(|c| serde_json::Value::from(c.name.clone()))
-                .collect();
-            diag.set("memory_control_tool_calls", serde_json::Value::Array(names));
-            let update = tctx
-                .with_effects(|e| std::mem::take(&mut e.pending_memory_action))
-                .unwrap_or(opencouch_core::state::PendingUpdate::Keep);
-            let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
-            let text = if text.trim().is_empty() {
-                MEMORY_HELP.to_owned()
-            } else {
-                text
-            };
-            Ok(Some(finish(text, update, std::mem::take(diag))))
-        },
-    )
+    model_reply(ports.model.get(), &mut diag, |model, diag| async move {
+        diag.set("memory_control_path", "model_tools");
+        let spec = crate::stage::instruction_spec(opencouch_prompts::Specialist::MemoryControl, si);
+        let tools = MemoryTools::new(&ports.memory, stored);
+        let toolbox = crate::agent::Toolbox::offered(
+            opencouch_prompts::tools::Toolset::MemoryControl,
+            ports.memory_mode(),
+            |name| tools.get(name),
+        );
+        let tctx = crate::stage::tool_context(ports.memory_mode(), si);
+        let o = crate::agent::run_tool_loop(
+            model,
+            opencouch_core::ModelTier::Control,
+            crate::stage::messages_for(&spec),
+            &toolbox,
+            &tctx,
+        )
+        .await?;
+        let names: Vec<serde_json::Value> = o
+            .calls
+            .iter()
+            .map(|c| serde_json::Value::from(c.name.clone()))
+            .collect();
+        diag.set("memory_control_tool_calls", serde_json::Value::Array(names));
+        let update = tctx
+            .with_effects(|e| std::mem::take(&mut e.pending_memory_action))
+            .unwrap_or(opencouch_core::state::PendingUpdate::Keep);
+        let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
+        let text = if text.trim().is_empty() {
+            MEMORY_HELP.to_owned()
+        } else {
+            text
+        };
+        Ok(Some(finish(text, update, std::mem::take(diag))))
+    })
     .await
     .or_deterministic(&mut diag, FailureNote::Reason, |diag, why| {
         if matches!(why, Fallback::NoModel) {
@@ -607,14 +581,14 @@ fn control_error_reply(e: &opencouch_memory::control::ControlError) -> String {
 /// write policy) and writes them through reconciliation (with the policy
 /// model in hybrid mode; exact duplicates never need it).
 pub(crate) async fn promote_at_session_end(
-    rt: &Runtime,
+    m: &MemoryPorts,
     owner: &str,
     active: &ActiveSession,
     transcript: &[opencouch_core::Message],
     arc: Option<&SessionArc>,
     session_id: &str,
 ) -> Result<(), String> {
-    if rt.memory_mode() == MemoryMode::Incognito {
+    if m.incognito() {
         return Ok(());
     }
     let buffer: SessionMemoryBuffer =
@@ -622,7 +596,7 @@ pub(crate) async fn promote_at_session_end(
     if buffer.is_empty() {
         return Ok(());
     }
-    let backend = backend(rt);
+    let backend = backend(m);
     let prior_facts = opencouch_memory::backend::active_facts(&backend, owner)
         .await
         .map_err(|e| e.to_string())?;
@@ -645,11 +619,11 @@ pub(crate) async fn promote_at_session_end(
         now,
     };
     let promotion = opencouch_memory::policy::promote(&buffer, &ctx).map_err(|e| e.to_string())?;
-    let embedder = rt.inner.embedder.as_deref();
+    let embedder = m.embedder.as_deref();
     let summary = opencouch_memory::policy::commit_promotion_with(
         &backend,
         embedder,
-        rt.inner.policy_model.as_deref(),
+        m.policy_model.as_deref(),
         owner,
         promotion,
         now,

@@ -1,22 +1,22 @@
-//! The [`Runtime`]: one object per memory mode that runs turns, streams
-//! them and ends sessions. Binaries and servers hold one and call
-//! [`Runtime::run_turn`], [`Runtime::run_turn_stream`] and
-//! [`Runtime::end_session`]; the pipeline itself is in [`crate::turn`].
+//! The [`Runtime`]: one object per memory mode holding what turns need
+//! (options, stores, the crisis gate, the model and memory ports, the
+//! extraction registry). Channels reach it through [`crate::service`]; the
+//! drivers ([`crate::turn`] for a turn, [`crate::session`] for session end)
+//! add its turn and session methods. Nothing below the drivers sees it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
 use opencouch_config::Settings;
-use opencouch_core::{AgentInput, AgentOutput, MemoryMode, RuntimeMode, StreamEvent};
+use opencouch_core::{MemoryMode, RuntimeMode};
 use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient, TierModels};
-use opencouch_store::{Backend, EphemeralStores, PgStores, SqliteStores, StoreError, Stores};
-use tokio::sync::mpsc;
+use opencouch_store::{Backend, EphemeralStores, PgStores, SqliteStores, Stores};
 
-use crate::extraction::ExtractionJobs;
+pub use crate::error::RuntimeError;
+use crate::extraction::{Extractor, FlushOutcome};
 use crate::gate::CrisisGate;
-use crate::memory::EmbedderHandle;
 use crate::policy_model::LlmPolicyModel;
+use crate::ports::{EmbedderHandle, MemoryPorts, ModelPort, Ports};
 use opencouch_memory::assist::PolicyModel;
 
 /// Tunables of a runtime (usually derived from [`Settings`]).
@@ -76,51 +76,14 @@ impl RuntimeOptions {
     }
 }
 
-/// Why a turn or session operation failed. Turns degrade instead of
-/// failing wherever they can; these are the cases they cannot.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("invalid input: {0}")]
-    InvalidInput(&'static str),
-    #[error("message is longer than {max} characters")]
-    MessageTooLong { max: usize },
-    #[error("storage error: {0}")]
-    Store(#[from] StoreError),
-    #[error("model configuration error: {0}")]
-    Model(String),
-    #[error("the turn task stopped unexpectedly")]
-    Aborted,
-    #[error("embedded data is invalid: {0}")]
-    Data(String),
-}
-
-impl RuntimeError {
-    /// A stable code for APIs and stream error events.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RuntimeError::InvalidInput(_) => "invalid_input",
-            RuntimeError::MessageTooLong { .. } => "message_too_long",
-            RuntimeError::Store(_) => "storage_unavailable",
-            RuntimeError::Model(_) => "model_configuration",
-            RuntimeError::Aborted | RuntimeError::Data(_) => "internal",
-        }
-    }
-}
-
 pub(crate) struct Inner {
     pub(crate) opts: RuntimeOptions,
     pub(crate) stores: Stores,
-    pub(crate) memory_mode: MemoryMode,
-    pub(crate) model: Option<Arc<dyn ChatModel>>,
     pub(crate) gate: CrisisGate,
-    pub(crate) embedder: Option<EmbedderHandle>,
-    /// The write policy's model side (hybrid mode, persistent memory only).
-    pub(crate) policy_model: Option<Arc<dyn PolicyModel>>,
+    /// What the stages get: the model and the memory side.
+    pub(crate) ports: Ports,
     /// In-flight background memory extraction.
-    pub(crate) extractions: Arc<ExtractionJobs>,
-    /// Prepared semantic-memory indexes per owner, checked against the
-    /// store's namespace revision on every turn.
-    pub(crate) index_cache: Arc<opencouch_memory::IndexCache>,
+    pub(crate) extractor: Extractor,
 }
 
 /// Runs turns for one memory mode. Cheap to clone.
@@ -133,7 +96,7 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("mode", &self.inner.opts.mode)
-            .field("memory_mode", &self.inner.memory_mode)
+            .field("memory_mode", &self.inner.ports.memory_mode())
             .field("backend", &self.inner.stores.backend())
             .finish()
     }
@@ -187,17 +150,29 @@ impl Runtime {
             }
             _ => None,
         };
+        let mut memory = MemoryPorts::new(memory_mode, stores.memory.clone());
+        memory.policy_model = policy_model;
+        let ports = Ports {
+            model: ModelPort::new(model, opts.model_timeout),
+            memory,
+        };
+        Runtime::assemble(opts, stores, gate, ports)
+    }
+
+    /// The runtime over these parts (the extraction registry is new).
+    fn assemble(opts: RuntimeOptions, stores: Stores, gate: CrisisGate, ports: Ports) -> Self {
+        let extractor = Extractor {
+            jobs: Arc::default(),
+            stores: stores.clone(),
+            memory: ports.memory.clone(),
+        };
         Runtime {
             inner: Arc::new(Inner {
                 opts,
                 stores,
-                memory_mode,
-                model,
                 gate,
-                embedder: None,
-                policy_model,
-                extractions: Arc::default(),
-                index_cache: Arc::default(),
+                ports,
+                extractor,
             }),
         }
     }
@@ -206,20 +181,14 @@ impl Runtime {
     /// embedding is computed in-process and never stored).
     pub fn with_semantic(self, signal: Arc<crate::semantic::SemanticSignal>) -> Self {
         let i = &self.inner;
-        let inner = Inner {
-            opts: i.opts.clone(),
-            stores: i.stores.clone(),
-            memory_mode: i.memory_mode,
-            model: i.model.clone(),
-            gate: i.gate.clone().with_semantic(signal),
-            embedder: i.embedder.clone(),
-            policy_model: i.policy_model.clone(),
-            extractions: i.extractions.clone(),
-            index_cache: Arc::default(),
-        };
-        Runtime {
-            inner: Arc::new(inner),
-        }
+        let mut ports = i.ports.clone();
+        ports.memory.index_cache = Arc::default();
+        Runtime::assemble(
+            i.opts.clone(),
+            i.stores.clone(),
+            i.gate.clone().with_semantic(signal),
+            ports,
+        )
     }
 
     /// Whether the crisis gate's semantic signal is on.
@@ -231,25 +200,10 @@ impl Runtime {
     /// in incognito, which never embeds anything).
     pub fn with_embedder(self, embedder: EmbedderHandle) -> Self {
         let i = &self.inner;
-        let embedder = if i.memory_mode == MemoryMode::Incognito {
-            None
-        } else {
-            Some(embedder)
-        };
-        let inner = Inner {
-            opts: i.opts.clone(),
-            stores: i.stores.clone(),
-            memory_mode: i.memory_mode,
-            model: i.model.clone(),
-            gate: i.gate.clone(),
-            embedder,
-            policy_model: i.policy_model.clone(),
-            extractions: i.extractions.clone(),
-            index_cache: Arc::default(),
-        };
-        Runtime {
-            inner: Arc::new(inner),
-        }
+        let mut ports = i.ports.clone();
+        ports.memory.embedder = (!ports.memory.incognito()).then_some(embedder);
+        ports.memory.index_cache = Arc::default();
+        Runtime::assemble(i.opts.clone(), i.stores.clone(), i.gate.clone(), ports)
     }
 
     /// Builds the runtime the settings describe: SQLite (default) or
@@ -272,7 +226,7 @@ impl Runtime {
         let (semantic, _status) = crate::semantic::SemanticSignal::from_settings(settings);
         let embedder = match &semantic {
             Some(s) => Some(Arc::new(s.embedder().clone()) as EmbedderHandle),
-            None => crate::memory::embedder_from_settings(settings),
+            None => crate::embeddings::from_settings(settings),
         };
         let runtime = match embedder {
             Some(e) => runtime.with_embedder(e),
@@ -291,7 +245,7 @@ impl Runtime {
 
     /// Incognito or persistent.
     pub fn memory_mode(&self) -> MemoryMode {
-        self.inner.memory_mode
+        self.inner.ports.memory_mode()
     }
 
     /// The stores (for admin commands and the API).
@@ -313,75 +267,28 @@ impl Runtime {
         }
     }
 
-    /// Runs one turn and returns its output after the turn is committed.
-    pub async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
-        crate::turn::execute(self, input, &crate::turn::EventSink::none()).await
+    /// The memory side (store, embedder, policy model) the memory-control
+    /// service and tools work over.
+    pub fn memory_ports(&self) -> &MemoryPorts {
+        &self.inner.ports.memory
     }
 
-    /// Runs one turn as a stream of events: statuses, chunks,
-    /// `response_ready`, then `done` (or one `error`) last. The turn runs in
-    /// its own task, so a dropped stream never leaves a turn half-written.
-    pub fn run_turn_stream(
-        &self,
-        input: AgentInput,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
-        self.spawn_stream(
-            move |rt, sink| async move { crate::turn::execute(&rt, input, &sink).await },
-        )
+    /// The memory-control service over this runtime's memory store.
+    pub fn memory_control(&self) -> opencouch_memory::control::MemoryControlService {
+        crate::memory::control_service(&self.inner.ports.memory)
     }
 
-    /// Runs a turn when storage is already known to be unavailable (for
-    /// example a server that could not verify the caller because its user
-    /// store is down). Nothing is read or written: the message goes through
-    /// the crisis gate with no history, a level ≥ 2 message gets the
-    /// deterministic crisis reply with verified resources (`saved: false`),
-    /// and anything else fails with `error` (a crisis reply never depends
-    /// on storage; nothing else is promised without it).
-    pub async fn run_turn_without_storage(
-        &self,
-        input: AgentInput,
-        error: StoreError,
-    ) -> Result<AgentOutput, RuntimeError> {
-        crate::turn::execute_without_storage(self, input, &crate::turn::EventSink::none(), error)
-            .await
+    /// Background memory-extraction jobs not yet applied.
+    pub fn pending_memory_extractions(&self) -> usize {
+        self.inner.extractor.jobs.pending()
     }
 
-    /// [`Runtime::run_turn_without_storage`] as a stream of events.
-    pub fn run_turn_stream_without_storage(
-        &self,
-        input: AgentInput,
-        error: StoreError,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
-        self.spawn_stream(move |rt, sink| async move {
-            crate::turn::execute_without_storage(&rt, input, &sink, error).await
-        })
-    }
-
-    fn spawn_stream<F, Fut>(&self, run: F) -> impl Stream<Item = StreamEvent> + Send + 'static
-    where
-        F: FnOnce(Runtime, crate::turn::EventSink) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
-    {
-        let (tx, rx) = mpsc::channel::<StreamEvent>(64);
-        let runtime = self.clone();
-        tokio::spawn(async move {
-            let sink = crate::turn::EventSink::new(tx.clone());
-            let result = run(runtime, sink).await;
-            let last = match result {
-                Ok(output) => StreamEvent::Done {
-                    output: Box::new(output),
-                },
-                Err(e) => StreamEvent::Error {
-                    code: e.code().to_owned(),
-                    message: e.to_string(),
-                },
-            };
-            let _ = tx.send(last).await;
-        });
-        futures::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
-        )
+    /// Waits up to `timeout` for background memory extraction to finish,
+    /// then settles what is left under each thread's lock (their candidates
+    /// if ready, else the deterministic extractor) so nothing is lost.
+    /// Call it before shutting down; it is cheap when nothing is pending.
+    pub async fn flush_memory_extraction(&self, timeout: Duration) -> FlushOutcome {
+        self.inner.extractor.flush(timeout).await
     }
 }
 

@@ -303,7 +303,7 @@ impl Service {
         if self.rt.memory_mode() == MemoryMode::Incognito {
             return Err(ServiceError::Incognito);
         }
-        Ok(crate::memory::control_service(&self.rt))
+        Ok(self.rt.memory_control())
     }
 
     fn ctx(owner: &str) -> ControlContext<'_> {
@@ -489,7 +489,7 @@ impl Service {
         if self.rt.memory_mode() == MemoryMode::Incognito {
             return Err(ServiceError::Incognito);
         }
-        let backend = crate::memory::backend(&self.rt);
+        let backend = crate::memory::backend(self.rt.memory_ports());
         let mut n = 0;
         for kind in kinds {
             let k: MemoryKind = kind.memory_kind();
@@ -527,7 +527,7 @@ impl Service {
         if self.rt.memory_mode() == MemoryMode::Incognito {
             return Err(ServiceError::Incognito);
         }
-        let backend = crate::memory::backend(&self.rt);
+        let backend = crate::memory::backend(self.rt.memory_ports());
         let mut arcs: Vec<SessionArc> = opencouch_memory::backend::visible_arcs(&backend, owner)
             .await
             .map_err(ControlError::Backend)?;

@@ -7,158 +7,48 @@
 //! model fails; `fallback.rs` decides when and records why). A specialist
 //! never fails a turn.
 //!
-//! **Invariant:** [`SpecialistInput`] carries the gate's [`GateVerdict`],
-//! which only the gate can construct, so no specialist can run on a message
-//! that was not assessed.
+//! A specialist sees only [`Ports`] (the model and the memory side) and its
+//! [`SpecialistInput`], which carries the gate's verdict (see
+//! [`crate::stage`]).
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
-use opencouch_core::state::{ExerciseUpdate, PendingUpdate};
-use opencouch_core::{
-    AgentInput, Approach, Diagnostics, Message, ModelTier, ResponseStyle, ThreadState,
-};
-use opencouch_llm::{ChatMessage, ChatModel};
+use opencouch_core::state::ExerciseUpdate;
+use opencouch_core::{Approach, Diagnostics, MemoryMode, ModelTier, ResponseStyle};
+use opencouch_llm::ChatMessage;
+use opencouch_prompts::Specialist;
 use opencouch_prompts::tools::{LOOKUP_CRISIS_RESOURCES, Toolset};
-use opencouch_prompts::{InstructionSpec, Specialist};
+use opencouch_safety::plan::{FollowUpContext, build_follow_up_plan};
 use opencouch_store::ResponsePath;
 use serde_json::Value;
 
-use opencouch_core::state::CrisisEpisode;
-use opencouch_safety::episode::{FollowUpDecision, ReplyKind};
-use opencouch_safety::plan::{FollowUpContext, FollowUpMessage, build_follow_up_plan};
-
-use crate::agent::{LoopOutcome, Toolbox, run_tool_loop};
+use crate::agent::{Toolbox, run_tool_loop};
 use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::gate::GateVerdict;
-use crate::memory::LoadedMemory;
-use crate::plan::{PlanKind, RoutePlan};
-use crate::runtime::Runtime;
-use crate::tools::{ToolContext, TurnEffects, builtin_tool, crisis_lookup_in};
-use crate::triage::TriageDecision;
-
-/// What a specialist gets. Holding a [`GateVerdict`] is the proof that the
-/// message went through the crisis gate.
-pub struct SpecialistInput<'a> {
-    pub verdict: &'a GateVerdict,
-    pub plan: &'a RoutePlan,
-    pub triage: Option<&'a TriageDecision>,
-    pub state: &'a ThreadState,
-    /// This session's recent messages, oldest first (server-side).
-    pub history: &'a [Message],
-    pub input: &'a AgentInput,
-    pub memory: Option<&'a LoadedMemory>,
-    /// The crisis episode that was open before this turn, with the gate's
-    /// decision for it (`None` when no episode was open).
-    pub episode: Option<EpisodeTurn<'a>>,
-}
-
-/// An open crisis episode and the gate's decision for this turn.
-#[derive(Debug, Clone, Copy)]
-pub struct EpisodeTurn<'a> {
-    pub episode: &'a CrisisEpisode,
-    pub decision: &'a FollowUpDecision,
-}
-
-/// Crisis-path facts for the crisis log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CrisisInfo {
-    pub response_path: ResponsePath,
-    pub lookup_status: opencouch_core::ResourceLookupStatus,
-    pub resource_count: u32,
-    pub tool_calls: Vec<String>,
-    pub fallback_reason: Option<String>,
-    pub llm_failure: bool,
-    /// The country of the resources shown, when the person named one.
-    pub country_code: Option<String>,
-}
-
-/// What a specialist produced.
-#[derive(Debug, Clone, Default)]
-pub struct SpecialistOutcome {
-    pub text: String,
-    pub style: ResponseStyle,
-    pub approach: Option<Approach>,
-    pub exercise: ExerciseUpdate,
-    pub pending_memory_action: PendingUpdate,
-    pub diagnostics: Diagnostics,
-    pub resources: Vec<Value>,
-    pub crisis: Option<CrisisInfo>,
-    pub completed_exercise: Option<String>,
-    /// The template-mode notice was included in this reply.
-    pub notice_shown: bool,
-    /// The person asked for privacy (memory control): drop held candidates.
-    pub privacy_request: bool,
-    /// Keys merged into `session_progress` (by key).
-    pub progress_extra: serde_json::Map<String, Value>,
-}
+use crate::plan::PlanKind;
+use crate::ports::Ports;
+pub use crate::stage::{CrisisInfo, EpisodeTurn, SpecialistInput, SpecialistOutcome};
+use crate::stage::{
+    deterministic_therapeutic, episode_country, follow_up_context, instruction_spec, messages_for,
+    record_calls, tool_context,
+};
+use crate::tools::{builtin_tool, crisis_lookup_in};
 
 /// Runs the specialist the plan names.
-pub async fn run(rt: &Runtime, si: SpecialistInput<'_>) -> SpecialistOutcome {
+pub async fn run(ports: &Ports, si: SpecialistInput<'_>) -> SpecialistOutcome {
     let mut out = match si.plan.kind {
-        PlanKind::CrisisResponse => crisis_response(rt, &si).await,
-        PlanKind::CrisisClarification => crisis_clarification(rt, &si).await,
-        PlanKind::GroundedLookup => grounded(rt, &si).await,
-        PlanKind::GuidedExercise => crate::exercise::run(rt, &si).await,
-        PlanKind::MemoryControl => crate::memory::control_turn(rt, &si).await,
-        PlanKind::Therapeutic => therapeutic(rt, &si).await,
+        PlanKind::CrisisResponse => crisis_response(ports, &si).await,
+        PlanKind::CrisisClarification => crisis_clarification(ports, &si).await,
+        PlanKind::GroundedLookup => grounded(ports, &si).await,
+        PlanKind::GuidedExercise => crate::exercise::run(ports, &si).await,
+        PlanKind::MemoryControl => crate::memory::control_turn(ports, &si).await,
+        PlanKind::Therapeutic => therapeutic(ports, &si).await,
     };
     // A crisis mid-exercise clears the exercise.
     if si.plan.kind == PlanKind::CrisisResponse && si.state.exercise_state.is_some() {
         out.exercise = ExerciseUpdate::Clear;
     }
     out
-}
-
-pub(crate) fn tool_context(rt: &Runtime, si: &SpecialistInput<'_>) -> ToolContext {
-    ToolContext {
-        thread_id: si.input.thread_id.clone(),
-        user_id: si.input.user_id.clone(),
-        owner_id: si.input.owner_id().to_owned(),
-        memory_mode: rt.memory_mode(),
-        channel: si.input.channel,
-        message: si.input.message.clone(),
-        history: si.history.to_vec(),
-        crisis: si.verdict.assessment().clone(),
-        episode_country: episode_country(si).map(str::to_owned),
-        follow_up: follow_up_context(si),
-        effects: Mutex::new(TurnEffects::default()),
-    }
-}
-
-/// The country recorded in the open crisis episode, if any.
-fn episode_country<'a>(si: &SpecialistInput<'a>) -> Option<&'a str> {
-    si.episode.and_then(|e| e.episode.country_code.as_deref())
-}
-
-/// How a crisis turn inside an open episode is worded: a follow-up (not a
-/// repeat of the crisis reply), or `None` for the full crisis reply (no
-/// episode, the episode is closing, or the first imminent message after an
-/// explicit opening, whose means-safety step must be said in full).
-pub(crate) fn follow_up_context(si: &SpecialistInput<'_>) -> Option<FollowUpContext> {
-    let ep = si.episode?;
-    let d = ep.decision;
-    if d.close.is_some() {
-        return None;
-    }
-    if d.own_level >= opencouch_core::CrisisLevel::IMMINENT
-        && ep.episode.max_level < opencouch_core::CrisisLevel::IMMINENT
-    {
-        return None;
-    }
-    let here = opencouch_safety::extract_location(&[], &si.input.message);
-    Some(FollowUpContext {
-        message: if d.own_level.needs_crisis_response() {
-            FollowUpMessage::Risk
-        } else if d.kind == ReplyKind::Flat {
-            FollowUpMessage::Flat
-        } else {
-            FollowUpMessage::Other
-        },
-        location_given: here.status != opencouch_core::ResourceLookupStatus::NoLocation,
-        imminent: d.max_level >= opencouch_core::CrisisLevel::IMMINENT,
-        turn: ep.episode.follow_ups,
-    })
 }
 
 /// The deterministic crisis reply text for a lookup: the follow-up plan
@@ -201,47 +91,10 @@ pub(crate) fn deterministic_crisis(verdict: &GateVerdict, message: &str) -> Spec
     }
 }
 
-pub(crate) fn instruction_spec(
-    specialist: Specialist,
-    si: &SpecialistInput<'_>,
-) -> InstructionSpec {
-    let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
-    spec.history = si.history.to_vec();
-    spec.stage = si.state.session_progress.stage;
-    if let Some(m) = si.memory {
-        spec.memory_lines = m.lines.clone();
-        spec.procedural_rules = m.rules.clone();
-        spec.proactive_recall = m.proactive_recall;
-    }
-    spec
-}
-
-/// One system message with the composed instructions, then the message.
-pub(crate) fn messages_for(spec: &InstructionSpec) -> Vec<ChatMessage> {
-    vec![
-        ChatMessage::system(opencouch_prompts::compose_instructions(spec)),
-        ChatMessage::user(spec.message.clone()),
-    ]
-}
-
-fn record_calls(diag: &mut Diagnostics, prefix: &str, outcome: &LoopOutcome) {
-    let names: Vec<Value> = outcome
-        .calls
-        .iter()
-        .map(|c| Value::from(c.name.clone()))
-        .collect();
-    diag.set(&format!("{prefix}_tool_calls"), Value::Array(names));
-    diag.set(&format!("{prefix}_tool_rounds"), outcome.rounds as u64);
-}
-
-pub(crate) fn model(rt: &Runtime) -> Option<&dyn ChatModel> {
-    rt.inner.model.as_deref()
-}
-
 /// The toolbox of one of the turns in this file (their tools are the
 /// stateless built-in ones).
-fn builtin_toolbox(rt: &Runtime, toolset: Toolset) -> Toolbox {
-    Toolbox::offered(toolset, rt.memory_mode(), builtin_tool)
+fn builtin_toolbox(memory_mode: MemoryMode, toolset: Toolset) -> Toolbox {
+    Toolbox::offered(toolset, memory_mode, builtin_tool)
 }
 
 // ---------------------------------------------------------------- crisis
@@ -281,7 +134,7 @@ fn numbers_verified(reply: &str, verified_text: &str) -> bool {
         .all(|n| allowed.iter().any(|a| a == n || a.ends_with(n.as_str())))
 }
 
-async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+async fn crisis_response(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let assessment = si.verdict.assessment();
     let mut diag = Diagnostics::new();
     let follow_up = &follow_up_context(si);
@@ -290,17 +143,17 @@ async fn crisis_response(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOu
     }
     let country = episode_country(si);
     let do_lookup = || crisis_lookup_in(si.history, &si.input.message, country);
-    let ctx = &tool_context(rt, si);
+    let ctx = &tool_context(ports.memory_mode(), si);
     // The lookup this turn used: the tool's, else our own.
     let turn_lookup = || {
         ctx.with_effects(|e| e.crisis_lookup.clone())
             .flatten()
             .unwrap_or_else(do_lookup)
     };
-    model_reply(model(rt), &mut diag, |m, diag| async move {
+    model_reply(ports.model.get(), &mut diag, |m, diag| async move {
         let mut spec = instruction_spec(Specialist::Crisis, si);
         spec.style = Some(ResponseStyle::CrisisResponse);
-        let toolbox = builtin_toolbox(rt, Toolset::Crisis);
+        let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::Crisis);
         diag.set("openai_crisis_tool_expected", LOOKUP_CRISIS_RESOURCES);
         let crisis_messages = || {
             let mut msgs = messages_for(&spec);
@@ -454,7 +307,7 @@ fn ensure_resources(text: String, lookup: &opencouch_safety::ResourceLookup) -> 
     }
 }
 
-async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+async fn crisis_clarification(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let mut diag = Diagnostics::new();
     let question = opencouch_safety::safety_question(si.history);
     let deterministic_text = {
@@ -479,15 +332,15 @@ async fn crisis_clarification(rt: &Runtime, si: &SpecialistInput<'_>) -> Special
             format!("{first} {question}")
         }
     };
-    let text = model_reply(model(rt), &mut diag, |m, diag| async move {
+    let text = model_reply(ports.model.get(), &mut diag, |m, diag| async move {
         let mut spec = instruction_spec(Specialist::Crisis, si);
         spec.style = Some(ResponseStyle::Clarifying);
-        let ctx = tool_context(rt, si);
+        let ctx = tool_context(ports.memory_mode(), si);
         let o = run_tool_loop(
             m,
             ModelTier::Control,
             messages_for(&spec),
-            &builtin_toolbox(rt, Toolset::CrisisClarification),
+            &builtin_toolbox(ports.memory_mode(), Toolset::CrisisClarification),
             &ctx,
         )
         .await?;
@@ -526,44 +379,18 @@ fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
     (style, approach)
 }
 
-pub(crate) fn deterministic_therapeutic(
-    si: &SpecialistInput<'_>,
-    style: ResponseStyle,
-    approach: Approach,
-) -> SpecialistOutcome {
-    let show_notice = !si.state.session_progress.deterministic_notice_shown;
-    let previous = si
-        .history
-        .iter()
-        .rev()
-        .find(|m| !m.is_user())
-        .map(|m| m.content.as_str());
-    let mut ctx = opencouch_prompts::ResponderContext::new(&si.input.message, style, approach);
-    ctx.history = si.history;
-    ctx.turn_index = si.state.turn_count;
-    ctx.previous_reply = previous;
-    ctx.show_notice = show_notice;
-    SpecialistOutcome {
-        text: opencouch_prompts::respond(&ctx),
-        style,
-        approach: Some(approach),
-        notice_shown: show_notice,
-        ..Default::default()
-    }
-}
-
-async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let (style, approach) = therapeutic_style(si);
     let mut diag = Diagnostics::new();
-    model_reply(model(rt), &mut diag, |m, diag| async move {
+    model_reply(ports.model.get(), &mut diag, |m, diag| async move {
         let mut spec = instruction_spec(Specialist::Therapeutic, si);
         spec.style = Some(style);
         spec.approach = Some(approach);
         if let Some(ex) = &si.state.exercise_state {
-            spec.exercise_context = Some(crate::exercise::context_line(ex));
+            spec.exercise_context = Some(opencouch_exercises::context_line(ex));
         }
-        let toolbox = builtin_toolbox(rt, Toolset::Therapeutic);
-        let ctx = tool_context(rt, si);
+        let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::Therapeutic);
+        let ctx = tool_context(ports.memory_mode(), si);
         let tier = si.input.response_model_tier;
         let o = run_tool_loop(m, tier, messages_for(&spec), &toolbox, &ctx).await?;
         record_calls(diag, "openai_therapeutic", &o);
@@ -597,7 +424,7 @@ async fn therapeutic(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcom
 
 // ------------------------------------------------------- grounded lookup
 
-async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
+async fn grounded(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutcome {
     let mut diag = Diagnostics::new();
     let finish =
         |result: &opencouch_prompts::GroundedResult, text: String, mut diag: Diagnostics| {
@@ -610,16 +437,16 @@ async fn grounded(rt: &Runtime, si: &SpecialistInput<'_>) -> SpecialistOutcome {
                 ..Default::default()
             }
         };
-    let ctx = &tool_context(rt, si);
+    let ctx = &tool_context(ports.memory_mode(), si);
     // The lookup this turn used: the tool's, else our own.
     let turn_result = || {
         ctx.with_effects(|e| e.grounded.clone())
             .flatten()
             .unwrap_or_else(|| opencouch_prompts::grounded_lookup(&si.input.message))
     };
-    model_reply(model(rt), &mut diag, |m, diag| async move {
+    model_reply(ports.model.get(), &mut diag, |m, diag| async move {
         let spec = instruction_spec(Specialist::GroundedLookup, si);
-        let toolbox = builtin_toolbox(rt, Toolset::GroundedLookup);
+        let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::GroundedLookup);
         diag.set(
             "openai_grounded_tool_expected",
             opencouch_prompts::GROUNDED_LOOKUP_TOOL,

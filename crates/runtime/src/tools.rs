@@ -18,6 +18,13 @@ use opencouch_prompts::tools::{CRISIS_SUPPORT_TEMPLATE, LOOKUP_CRISIS_RESOURCES}
 use opencouch_prompts::{GROUNDED_LOOKUP_TOOL, RESPONSE_SKILL_TOOL};
 use serde_json::{Value, json};
 
+/// A progress report from the model that the exercise stage accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressRequest {
+    pub outcome: opencouch_core::exercise::StepOutcome,
+    pub transition: opencouch_core::exercise::Transition,
+}
+
 /// Error of a tool call; becomes a JSON error result for the model.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ToolError {
@@ -101,7 +108,7 @@ pub struct TurnEffects {
     /// Styles loaded with `load_therapeutic_response_skill`.
     pub skills_loaded: Vec<(opencouch_core::ResponseStyle, opencouch_core::Approach)>,
     /// An exercise progress update validated by the runtime.
-    pub exercise_progress: Option<crate::exercise::ProgressRequest>,
+    pub exercise_progress: Option<ProgressRequest>,
     /// The pending memory action after memory tools ran.
     pub pending_memory_action: opencouch_core::state::PendingUpdate,
 }

@@ -108,8 +108,7 @@ pub struct TriageContext<'a> {
 /// 6. else therapeutic, with a style from the style chooser
 pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     let mut d = TriageDecision::therapeutic(Confidence::High);
-    if ctx.pending_memory_action.is_some()
-        && crate::memory::is_memory_command(message, ctx.pending_memory_action)
+    if ctx.pending_memory_action.is_some() && is_memory_command(message, ctx.pending_memory_action)
     {
         d.route = TriageRoute::MemoryControl;
         d.memory_action_type = MemoryActionType::ConfirmPending;
@@ -145,7 +144,7 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
         }
         return d;
     }
-    if crate::memory::is_memory_command(message, None) {
+    if is_memory_command(message, None) {
         d.route = TriageRoute::MemoryControl;
         return d;
     }
@@ -187,10 +186,37 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     d
 }
 
+/// Whether the deterministic parser reads `message` as a memory command
+/// (confirm / cancel / option words count only while an action is pending).
+pub fn is_memory_command(message: &str, pending: Option<&serde_json::Value>) -> bool {
+    let pending = pending.and_then(|v| opencouch_memory::control::PendingAction::from_json(v).ok());
+    opencouch_memory::control::parse_command(message, pending.as_ref()).is_some()
+}
+
+/// The app-owned guards on a model's triage decision: a pending memory
+/// action that the phrase rules saw answered stays memory control, and an
+/// exercise never starts without consent (the turn offers it instead).
+pub fn guard_model_decision(
+    ctx: TriageContext<'_>,
+    rules: &TriageDecision,
+    mut d: TriageDecision,
+) -> TriageDecision {
+    if ctx.pending_memory_action.is_some() && rules.route == TriageRoute::MemoryControl {
+        d.route = TriageRoute::MemoryControl;
+    }
+    if !ctx.exercise_active
+        && d.route == TriageRoute::GuidedExercise
+        && d.exercise_start_basis == ExerciseStartBasis::AmbiguousOrNone
+    {
+        d.route = TriageRoute::Therapeutic;
+    }
+    d
+}
+
 /// Runs triage: the model in hybrid mode (structured output), the phrase
 /// rules otherwise or when the model is unavailable.
 pub async fn decide(
-    rt: &crate::runtime::Runtime,
+    port: &crate::ports::ModelPort,
     state: &opencouch_core::ThreadState,
     history: &[Message],
     message: &str,
@@ -202,7 +228,7 @@ pub async fn decide(
         pending_memory_action: state.pending_memory_action.as_ref(),
     };
     let rules = deterministic(ctx, message);
-    let decision = match &rt.inner.model {
+    let decision = match port.get() {
         None => {
             diag.set("triage_path", "deterministic");
             rules
@@ -214,33 +240,20 @@ pub async fn decide(
             );
             spec.history = history.to_vec();
             if let Some(ex) = &state.exercise_state {
-                spec.exercise_context = Some(crate::exercise::context_line(ex));
+                spec.exercise_context = Some(opencouch_exercises::context_line(ex));
             }
             let system = opencouch_prompts::compose_instructions(&spec);
             let call = opencouch_llm::structured::<TriageDecision, _>(
-                model.as_ref(),
+                model,
                 opencouch_core::ModelTier::Control,
                 &system,
                 message,
             );
-            match tokio::time::timeout(rt.inner.opts.model_timeout, call).await {
-                Ok(Ok(mut d)) => {
+            match tokio::time::timeout(port.timeout(), call).await {
+                Ok(Ok(d)) => {
                     diag.set("triage_path", "model");
                     diag.set("openai_triage_agent", true);
-                    // App-owned guards on the model's decision.
-                    if ctx.pending_memory_action.is_some()
-                        && rules.route == TriageRoute::MemoryControl
-                    {
-                        d.route = TriageRoute::MemoryControl;
-                    }
-                    if !ctx.exercise_active
-                        && d.route == TriageRoute::GuidedExercise
-                        && d.exercise_start_basis == ExerciseStartBasis::AmbiguousOrNone
-                    {
-                        // No consent, no start: offer instead.
-                        d.route = TriageRoute::Therapeutic;
-                    }
-                    d
+                    guard_model_decision(ctx, &rules, d)
                 }
                 Ok(Err(e)) => {
                     diag.set("triage_path", "deterministic");
@@ -303,6 +316,92 @@ mod tests {
                 route == "therapeutic",
                 "{route}"
             );
+        }
+    }
+
+    #[test]
+    fn model_decisions_are_guarded_by_the_app() {
+        let pending = serde_json::json!({"kind": "forget"});
+        let no_pending = TriageContext {
+            history: &[],
+            exercise_active: false,
+            pending_memory_action: None,
+        };
+        let with_pending = TriageContext {
+            pending_memory_action: Some(&pending),
+            ..no_pending
+        };
+        let in_exercise = TriageContext {
+            exercise_active: true,
+            ..no_pending
+        };
+        let rules_memory = TriageDecision {
+            route: TriageRoute::MemoryControl,
+            ..TriageDecision::therapeutic(Confidence::High)
+        };
+        let rules_plain = TriageDecision::therapeutic(Confidence::High);
+        let model = |route, basis| TriageDecision {
+            route,
+            exercise_start_basis: basis,
+            ..TriageDecision::therapeutic(Confidence::Medium)
+        };
+        use ExerciseStartBasis as B;
+        use TriageRoute as R;
+        // (context, the rules' decision, the model's route and basis, expected route)
+        let cases = [
+            (
+                with_pending,
+                &rules_memory,
+                R::Therapeutic,
+                B::AmbiguousOrNone,
+                R::MemoryControl,
+            ),
+            (
+                no_pending,
+                &rules_memory,
+                R::Therapeutic,
+                B::AmbiguousOrNone,
+                R::Therapeutic,
+            ),
+            (
+                with_pending,
+                &rules_plain,
+                R::GroundedLookup,
+                B::AmbiguousOrNone,
+                R::GroundedLookup,
+            ),
+            (
+                no_pending,
+                &rules_plain,
+                R::GuidedExercise,
+                B::AmbiguousOrNone,
+                R::Therapeutic,
+            ),
+            (
+                no_pending,
+                &rules_plain,
+                R::GuidedExercise,
+                B::ExplicitUserRequest,
+                R::GuidedExercise,
+            ),
+            (
+                no_pending,
+                &rules_plain,
+                R::GuidedExercise,
+                B::AcceptedAssistantOffer,
+                R::GuidedExercise,
+            ),
+            (
+                in_exercise,
+                &rules_plain,
+                R::GuidedExercise,
+                B::AmbiguousOrNone,
+                R::GuidedExercise,
+            ),
+        ];
+        for (i, (ctx, rules, route, basis, want)) in cases.into_iter().enumerate() {
+            let got = guard_model_decision(ctx, rules, model(route, basis));
+            assert_eq!(got.route, want, "case {i}");
         }
     }
 }

@@ -1,14 +1,17 @@
-//! The text turn pipeline. Reads top to bottom like the stage list:
+//! The turn driver: the only code besides the service API that holds the
+//! [`Runtime`]. It does the I/O of a turn in order and leaves every decision
+//! to a stage that sees only what it needs:
 //!
 //! 1. validate → lock the thread → load the effective state
 //! 2. **crisis gate** (never skipped, fails closed)
-//! 3. level 0 only: triage
+//! 3. level 0 only: triage ([`crate::triage`])
 //! 4. route plan (pure: [`crate::plan::resolve`])
 //! 5. memory load, only on routes that need it
-//! 6. the specialist (its input carries the gate verdict)
-//! 7. finalize: commit transcript + state + session in one transaction,
-//!    spawn background memory extraction (hybrid mode), crisis log
-//!    (bounded, never fails the turn), then stream the reply
+//! 6. the specialist (its input carries the gate verdict; it sees [`Ports`])
+//! 7. fold the outcome into the state ([`crate::steps`], pure), commit
+//!    transcript + state + session in one transaction, then the after-commit
+//!    jobs: background memory extraction (hybrid mode) and the crisis log
+//!    (bounded, never fails the turn); then stream the reply
 //!
 //! **Invariants:**
 //! * the reply is streamed and returned only after the commit, so an
@@ -21,22 +24,96 @@
 //!   is open the gate keeps every follow-up at level 2 or above (crisis
 //!   specialist, crisis log) until the person says they are safe or a calm
 //!   stretch passes (`opencouch_safety::episode`); session end clears it.
+//!
+//! [`Ports`]: crate::ports::Ports
 
 use std::time::Instant;
 
 use chrono::Utc;
-use opencouch_core::state::{ActiveFlow, CrisisEpisode, StateDelta, TurnLifecycle};
+use futures::Stream;
 use opencouch_core::{
-    AgentInput, AgentOutput, Diagnostics, Message, ResponseType, Route, SessionAction, Stage,
-    StreamEvent, ThreadState,
+    AgentInput, AgentOutput, Diagnostics, Message, ResponseStyle, ResponseType, Route,
+    SessionAction, Stage, StreamEvent, ThreadState,
 };
-use opencouch_store::{ActiveSession, SessionStatus, SessionWrite, TurnCommit};
-use serde_json::json;
+use opencouch_store::{ActiveSession, SessionStatus, SessionWrite, StoreError, TurnCommit};
 use tokio::sync::mpsc;
 
+use crate::audit;
+use crate::gate::GateVerdict;
 use crate::plan;
 use crate::runtime::{Runtime, RuntimeError};
-use crate::specialists::{self, SpecialistInput};
+use crate::specialists::{self, CrisisInfo, EpisodeTurn, SpecialistInput};
+use crate::steps::{self, Answered, Limits};
+
+impl Runtime {
+    /// Runs one turn and returns its output after the turn is committed.
+    pub async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
+        execute(self, input, &EventSink::none()).await
+    }
+
+    /// Runs one turn as a stream of events: statuses, chunks,
+    /// `response_ready`, then `done` (or one `error`) last. The turn runs in
+    /// its own task, so a dropped stream never leaves a turn half-written.
+    pub fn run_turn_stream(
+        &self,
+        input: AgentInput,
+    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+        self.spawn_stream(move |rt, sink| async move { execute(&rt, input, &sink).await })
+    }
+
+    /// Runs a turn when storage is already known to be unavailable (for
+    /// example a server that could not verify the caller because its user
+    /// store is down). Nothing is read or written: the message goes through
+    /// the crisis gate with no history, a level ≥ 2 message gets the
+    /// deterministic crisis reply with verified resources (`saved: false`),
+    /// and anything else fails with `error` (a crisis reply never depends
+    /// on storage; nothing else is promised without it).
+    pub async fn run_turn_without_storage(
+        &self,
+        input: AgentInput,
+        error: StoreError,
+    ) -> Result<AgentOutput, RuntimeError> {
+        execute_without_storage(self, input, &EventSink::none(), error).await
+    }
+
+    /// [`Runtime::run_turn_without_storage`] as a stream of events.
+    pub fn run_turn_stream_without_storage(
+        &self,
+        input: AgentInput,
+        error: StoreError,
+    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+        self.spawn_stream(move |rt, sink| async move {
+            execute_without_storage(&rt, input, &sink, error).await
+        })
+    }
+
+    fn spawn_stream<F, Fut>(&self, run: F) -> impl Stream<Item = StreamEvent> + Send + 'static
+    where
+        F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<StreamEvent>(64);
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            let sink = EventSink::new(tx.clone());
+            let result = run(runtime, sink).await;
+            let last = match result {
+                Ok(output) => StreamEvent::Done {
+                    output: Box::new(output),
+                },
+                Err(e) => StreamEvent::Error {
+                    code: e.code().to_owned(),
+                    message: e.to_string(),
+                },
+            };
+            let _ = tx.send(last).await;
+        });
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
+        )
+    }
+}
 
 /// Where stream events go (nowhere for the non-streaming call).
 pub(crate) struct EventSink {
@@ -61,44 +138,11 @@ impl EventSink {
     }
 }
 
-/// Splits a reply into stream chunks at word boundaries.
-pub(crate) fn chunks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for piece in text.split_inclusive(' ') {
-        cur.push_str(piece);
-        if cur.len() >= 24 {
-            out.push(std::mem::take(&mut cur));
-        }
+fn limits(rt: &Runtime) -> Limits {
+    Limits {
+        max_message_chars: rt.inner.opts.max_message_chars,
+        memory_mode: rt.memory_mode(),
     }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-fn validate(rt: &Runtime, input: &AgentInput) -> Result<(), RuntimeError> {
-    if input.thread_id.trim().is_empty() {
-        return Err(RuntimeError::InvalidInput("thread_id must not be empty"));
-    }
-    if input.thread_id.chars().count() > crate::thread_id::MAX_STORED_THREAD_ID_CHARS {
-        return Err(RuntimeError::InvalidInput(
-            "thread_id is longer than 161 characters (an owner of at most 32 plus a thread id of at most 128)",
-        ));
-    }
-    if input.message.trim().is_empty() {
-        return Err(RuntimeError::InvalidInput("message must not be empty"));
-    }
-    let max = rt.inner.opts.max_message_chars;
-    if input.message.chars().count() > max {
-        return Err(RuntimeError::MessageTooLong { max });
-    }
-    if input.memory_mode != rt.inner.memory_mode {
-        return Err(RuntimeError::InvalidInput(
-            "memory_mode does not match this runtime",
-        ));
-    }
-    Ok(())
 }
 
 fn ms(since: Instant) -> f64 {
@@ -153,7 +197,7 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
             inner.stores.sessions.get(&input.thread_id).await?
         }
         SessionStatus::ExpiredUnfinalized | SessionStatus::Interrupted => {
-            crate::session::finalize_locked(rt, &mut state, &history, None, None).await?;
+            crate::session::finalize_locked(rt, &mut state, None, None).await?;
             None
         }
         SessionStatus::Absent => None,
@@ -166,14 +210,8 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
         state.session_progress = Default::default();
     }
     // Only this session's messages are context for the turn.
-    let session_history: Vec<Message> = {
-        let skip = history.len().saturating_sub(
-            (state
-                .message_count
-                .saturating_sub(active.transcript_start_index)) as usize,
-        );
-        history[skip..].to_vec()
-    };
+    let session_history =
+        steps::session_window(&history, state.message_count, active.transcript_start_index);
     Ok(Loaded {
         guard,
         now,
@@ -184,52 +222,6 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
     })
 }
 
-/// Gate diagnostics shared by the normal and the unsaved turn.
-fn gate_diagnostics(diagnostics: &mut Diagnostics, verdict: &crate::gate::GateVerdict) {
-    let level = verdict.assessment().level;
-    diagnostics.set("crisis_gate_ms", verdict.elapsed_ms());
-    diagnostics.set("crisis_classifier_path", verdict.path().as_str());
-    diagnostics.set("crisis_layer", verdict.layer());
-    if let Some(sem) = verdict.semantic() {
-        diagnostics.set("crisis_semantic_level", sem.level);
-        diagnostics.set("crisis_semantic_construct", sem.score.construct.as_str());
-        diagnostics.set(
-            "crisis_semantic_ms",
-            (sem.elapsed_ms * 1000.0).round() / 1000.0,
-        );
-    }
-    diagnostics.set("crisis_level", level.get());
-    diagnostics.set("crisis_own_level", verdict.own_level().get());
-    if verdict.llm_failure() {
-        diagnostics.set("crisis_llm_failure_occurred", true);
-    }
-    if verdict.model_lowered() {
-        diagnostics.set("crisis_model_lowered", true);
-    }
-    if let Some(kind) = verdict.override_kind() {
-        diagnostics.set("crisis_override_kind", kind.as_str());
-    }
-    diagnostics.push(
-        "routing_trace",
-        json!({"stage": "safety", "decision": verdict.decision(), "level": level.get()}),
-    );
-}
-
-/// Streams the reply text, then `response_ready`, and stamps the total time.
-async fn deliver(events: &EventSink, output: AgentOutput, started: Instant) -> AgentOutput {
-    for chunk in chunks(&output.response_text) {
-        events.send(StreamEvent::Chunk { text: chunk }).await;
-    }
-    events
-        .send(StreamEvent::ResponseReady {
-            output: Box::new(output.clone()),
-        })
-        .await;
-    let mut output = output;
-    output.diagnostics.set("turn_total_ms", ms(started));
-    output
-}
-
 /// Runs one turn end to end.
 pub(crate) async fn execute(
     rt: &Runtime,
@@ -237,7 +229,7 @@ pub(crate) async fn execute(
     events: &EventSink,
 ) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
-    validate(rt, &input)?;
+    steps::validate(limits(rt), &input)?;
     let inner = &rt.inner;
 
     // 1. Effective state. A crisis reply never depends on storage: when the
@@ -257,59 +249,44 @@ pub(crate) async fn execute(
         }
         Err(e) => return Err(e),
     };
-
     let mut diagnostics = Diagnostics::new();
 
     // 2. Crisis gate: never skipped. An open crisis episode keeps the
     // verdict at level 2 or above until the person says they are safe.
     events.status(Stage::CrisisGate).await;
     let open_episode = state.crisis_episode.clone();
-    let verdict = inner
-        .gate
+    let verdict = (inner.gate)
         .assess_in_episode(&session_history, &input.message, open_episode.as_ref())
         .await;
     let level = verdict.assessment().level;
-    gate_diagnostics(&mut diagnostics, &verdict);
     let decision = verdict.episode().copied();
-    let closing = decision.and_then(|d| d.close);
-    if let Some(d) = &decision {
-        diagnostics.set(
-            "crisis_episode",
-            if closing.is_some() { "closed" } else { "held" },
-        );
-        diagnostics.set("crisis_episode_reply_kind", d.kind.as_str());
-        if let Some(reason) = closing {
-            diagnostics.set("crisis_episode_close_reason", reason.as_str());
-        }
-    } else if opencouch_safety::episode::opens(level) {
-        diagnostics.set("crisis_episode", "opened");
-    }
+    steps::gate_diagnostics(&mut diagnostics, &verdict);
+    steps::episode_diagnostics(&mut diagnostics, decision.as_ref(), level);
 
-    // 3. Triage, only for level 0, and not on the turn an episode closes
-    // (that turn is therapeutic, opening with the acknowledgement).
-    let triage = if level.get() == 0 && closing.is_none() {
+    // 3. Triage (level 0 only). 4. Route plan.
+    let triage = if steps::needs_triage(level, decision.as_ref()) {
         events.status(Stage::Triage).await;
         let (decision, triage_diag) =
-            crate::triage::decide(rt, &state, &session_history, &input.message).await;
+            crate::triage::decide(&inner.ports.model, &state, &session_history, &input.message)
+                .await;
         diagnostics.merge(triage_diag);
         Some(decision)
     } else {
         None
     };
-
-    // 4. Route plan.
     let route_plan = plan::resolve(&verdict, triage.as_ref(), state.exercise_state.is_some());
-    diagnostics.set("route_plan", route_plan.kind.as_str());
-    diagnostics.push(
-        "routing_trace",
-        json!({"stage": "route_plan", "decision": route_plan.kind.as_str()}),
-    );
+    steps::plan_diagnostics(&mut diagnostics, &route_plan);
     events.status(route_plan.kind.stage()).await;
 
     // 5. Memory, only where the route needs it (and never in incognito).
     let memory = if route_plan.kind.loads_memory() {
-        let loaded =
-            crate::memory::load_for_turn(rt, &input, &input.message, first_turn_of_session).await;
+        let loaded = crate::memory::load_for_turn(
+            &inner.ports.memory,
+            &input,
+            &input.message,
+            first_turn_of_session,
+        )
+        .await;
         diagnostics.merge(loaded.diagnostics.clone());
         Some(loaded)
     } else {
@@ -320,8 +297,8 @@ pub(crate) async fn execute(
     if route_plan.kind.specialist_stage() != route_plan.kind.stage() {
         events.status(route_plan.kind.specialist_stage()).await;
     }
-    let episode_turn = match (&open_episode, &decision) {
-        (Some(episode), Some(decision)) => Some(specialists::EpisodeTurn { episode, decision }),
+    let episode = match (&open_episode, &decision) {
+        (Some(episode), Some(decision)) => Some(EpisodeTurn { episode, decision }),
         _ => None,
     };
     let spec_input = SpecialistInput {
@@ -332,102 +309,25 @@ pub(crate) async fn execute(
         history: &session_history,
         input: &input,
         memory: memory.as_ref(),
-        episode: episode_turn,
+        episode,
     };
-    let mut outcome = specialists::run(rt, spec_input).await;
+    let mut outcome = specialists::run(&inner.ports, spec_input).await;
     diagnostics.merge(outcome.diagnostics.clone());
-    if closing.is_some() {
-        // The episode closes: one reviewed sentence first, then the
-        // ordinary reply.
-        let ack = opencouch_safety::plan::episode_closed_acknowledgement();
-        outcome.text = format!("{ack}\n\n{}", outcome.text.trim_start());
-    }
+    outcome.text = steps::with_closing_acknowledgement(&outcome.text, decision.as_ref());
 
-    // 7. Finalize.
+    // 7. Fold the outcome into the state, the memory buffer and the session
+    // row (all pure), then commit.
     events.status(Stage::Finalize).await;
-    let route = route_plan.kind.route();
-    let mut user_msg = Message::user(&input.message);
-    // The message's own level: an episode floor is not fed back into the
-    // classifier's view of earlier turns.
-    user_msg.crisis_level = Some(verdict.own_level().get());
-    user_msg.at = Some(now);
-    let mut assistant_msg = Message::assistant(&outcome.text);
-    assistant_msg.route = Some(route);
-    assistant_msg.response_style = Some(outcome.style);
-    assistant_msg.at = Some(Utc::now());
-
-    let delta = StateDelta {
-        route: Some(route),
-        response_style: Some(outcome.style),
-        therapeutic_approach: outcome.approach,
-        crisis: Some(verdict.assessment().clone()),
-        exercise: outcome.exercise.clone(),
-        pending_memory_action: outcome.pending_memory_action.clone(),
-        turn_lifecycle: Some(TurnLifecycle {
-            active_flow: ActiveFlow::None,
-            action: route_plan.flow_action,
-            tentative_route: route_plan.tentative_route,
-            secondary_route: route_plan.secondary_route,
-            triage_confidence: triage.as_ref().map(|t| t.confidence),
-            clarification_kind: route_plan.clarification_kind,
-        }),
-        progress_extra: outcome.progress_extra.clone(),
-        ..Default::default()
+    let answered = Answered {
+        input: &input,
+        verdict: &verdict,
+        plan: &route_plan,
+        triage: triage.as_ref(),
+        outcome: &outcome,
+        now,
     };
-    state.apply(delta);
-    state.turn_lifecycle.active_flow = if state.exercise_state.is_some() {
-        ActiveFlow::GuidedExercise
-    } else if state.pending_memory_action.is_some() {
-        ActiveFlow::PendingMemoryAction
-    } else {
-        ActiveFlow::None
-    };
-
-    // Session progress.
-    let progress = &mut state.session_progress;
-    progress.turn_count += 1;
-    progress.max_crisis_level = progress.max_crisis_level.max(level.get());
-    if let Some(approach) = outcome.approach
-        && approach != opencouch_core::Approach::None
-    {
-        *progress.approach_counts.entry(approach).or_insert(0) += 1;
-    }
-    if outcome.notice_shown {
-        progress.deterministic_notice_shown = true;
-    }
-    if let Some(done) = &outcome.completed_exercise {
-        progress.exercises_completed.push(done.clone());
-    }
-    state.turn_count += 1;
-
-    // The crisis episode: opened by a level ≥ 2 turn, updated by each
-    // follow-up, closed by the gate's episode decision.
-    let country = outcome.crisis.as_ref().and_then(|c| c.country_code.clone());
-    state.crisis_episode = match (open_episode, decision) {
-        (Some(_), Some(d)) if d.close.is_some() => None,
-        (Some(mut ep), Some(d)) => {
-            ep.max_level = d.max_level;
-            ep.calm_turns = d.calm_turns;
-            ep.follow_ups = ep.follow_ups.saturating_add(1);
-            if country.is_some() {
-                ep.country_code = country;
-            }
-            Some(ep)
-        }
-        (open, _) if opencouch_safety::episode::opens(level) => {
-            let mut ep = open.unwrap_or_else(|| {
-                CrisisEpisode::open(now, state.turn_count, verdict.own_level().max(level))
-            });
-            if country.is_some() {
-                ep.country_code = country;
-            }
-            Some(ep)
-        }
-        (open, _) => open,
-    };
-
-    // Memory write policy: candidates are held in the session buffer
-    // (hybrid mode: extracted in the background once the turn is committed).
+    let messages_before = state.message_count;
+    steps::apply_to_state(&mut state, &answered);
     let finished = crate::memory::FinishedTurn {
         input: &input,
         plan: &route_plan,
@@ -436,27 +336,23 @@ pub(crate) async fn execute(
         history: &session_history,
         turn_index: state.turn_count,
     };
-    let memory = crate::memory::after_turn(rt, &finished, &mut active);
-    diagnostics.merge(memory.diagnostics);
-
-    active.last_active_at = Some(now);
-    active.max_crisis_level = active.max_crisis_level.max(level.get());
-    let session_len = state.message_count + 2 - active.transcript_start_index;
-    active.rotate_after_this_turn = session_len >= inner.opts.transcript_soft_limit;
-    let session_action = if active.rotate_after_this_turn
-        || outcome.style == opencouch_core::ResponseStyle::Closing
-    {
-        SessionAction::SuggestEndSession
-    } else {
-        SessionAction::None
-    };
-    let session_id = crate::session::session_id(&active);
-
+    let memory_after = crate::memory::after_turn(&inner.ports.memory, &finished, &mut active);
+    diagnostics.merge(memory_after.diagnostics);
+    let soft_limit = inner.opts.transcript_soft_limit;
+    let session_action = steps::update_session_row(
+        &mut active,
+        now,
+        level,
+        messages_before,
+        soft_limit,
+        outcome.style,
+    );
+    let session_id = audit::session_id(&active);
     diagnostics.set("turn_total_ms", ms(started));
     state.diagnostics = diagnostics.clone();
     let commit = TurnCommit {
-        state: state.clone(),
-        append: vec![user_msg, assistant_msg],
+        append: steps::transcript_messages(&answered, Utc::now()),
+        state,
         session: SessionWrite::Upsert(active),
         at: Utc::now(),
     };
@@ -472,52 +368,29 @@ pub(crate) async fn execute(
         Err(e) => return Err(e.into()),
     };
 
-    // Background memory extraction starts only after the commit; the reply
-    // does not wait for it. Still under the thread lock, so a privacy
-    // request drops pending jobs before any of them can write.
+    // After the commit: background memory extraction (the reply does not
+    // wait; still under the thread lock, so a privacy request drops pending
+    // jobs before any of them can write), then the crisis log (level ≥ 2,
+    // bounded, never fails the turn).
     if saved {
-        if memory.discard_pending {
-            crate::extraction::discard(rt, &input.thread_id);
+        if memory_after.discard_pending {
+            crate::extraction::discard(&inner.extractor.jobs, &input.thread_id);
         }
-        if let Some(job) = memory.job {
-            crate::extraction::spawn(rt, job);
+        if let Some(job) = memory_after.job {
+            crate::extraction::spawn(&inner.extractor, job);
         }
     }
-
-    // Crisis log: always on for level ≥ 2, bounded, never fails the turn.
     if let Some(info) = &outcome.crisis {
         events.status(Stage::CrisisLog).await;
-        let status =
-            crate::session::capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style)
-                .await;
+        let status = capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style).await;
         diagnostics.set("crisis_log_status", status);
     }
     drop(guard);
 
-    let output = AgentOutput {
-        thread_id: input.thread_id.clone(),
-        response_text: outcome.text.clone(),
-        response_type: if level.needs_crisis_response() {
-            ResponseType::Crisis
-        } else {
-            ResponseType::Therapeutic
-        },
-        route: if level.needs_crisis_response() {
-            Route::Crisis
-        } else {
-            route
-        },
-        response_style: outcome.style,
-        therapeutic_approach: outcome.approach,
-        session_action,
-        crisis: verdict.assessment().clone(),
-        resources: outcome.resources.clone(),
-        diagnostics,
-        saved,
-    };
+    let output = steps::output(&answered, session_action, diagnostics, saved);
     let output = deliver(events, output, started).await;
     tracing::info!(
-        route = route.as_str(),
+        route = route_plan.kind.route().as_str(),
         plan = route_plan.kind.as_str(),
         crisis_level = level.get(),
         saved,
@@ -525,6 +398,49 @@ pub(crate) async fn execute(
         "turn finished"
     );
     Ok(output)
+}
+
+/// Writes the crisis-log record of a crisis turn within the runtime's
+/// bound; returns `captured`, `timeout` or `failed`.
+async fn capture_crisis(
+    rt: &Runtime,
+    input: &AgentInput,
+    session_id: &str,
+    verdict: &GateVerdict,
+    info: &CrisisInfo,
+    style: ResponseStyle,
+) -> &'static str {
+    let user = input.user_id.as_deref();
+    let record = audit::crisis_record(
+        rt.memory_mode(),
+        user,
+        session_id,
+        verdict,
+        info,
+        style,
+        Utc::now(),
+    );
+    audit::append_crisis(
+        &*rt.inner.stores.crisis,
+        &record,
+        rt.inner.opts.crisis_log_timeout,
+    )
+    .await
+}
+
+/// Streams the reply text, then `response_ready`, and stamps the total time.
+async fn deliver(events: &EventSink, output: AgentOutput, started: Instant) -> AgentOutput {
+    for chunk in steps::chunks(&output.response_text) {
+        events.send(StreamEvent::Chunk { text: chunk }).await;
+    }
+    events
+        .send(StreamEvent::ResponseReady {
+            output: Box::new(output.clone()),
+        })
+        .await;
+    let mut output = output;
+    output.diagnostics.set("turn_total_ms", ms(started));
+    output
 }
 
 /// A turn when storage is already known to be unavailable: validated, then
@@ -536,7 +452,7 @@ pub(crate) async fn execute_without_storage(
     error: opencouch_store::StoreError,
 ) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
-    validate(rt, &input)?;
+    steps::validate(limits(rt), &input)?;
     unsaved_crisis_turn(rt, &input, events, started, error).await
 }
 
@@ -564,7 +480,7 @@ async fn unsaved_crisis_turn(
         return Err(RuntimeError::Store(error));
     }
     let mut diagnostics = Diagnostics::new();
-    gate_diagnostics(&mut diagnostics, &verdict);
+    steps::gate_diagnostics(&mut diagnostics, &verdict);
     diagnostics.set("storage_status", "load_failed");
     diagnostics.set("route_plan", plan::PlanKind::CrisisResponse.as_str());
     events.status(Stage::CrisisResponse).await;
@@ -575,9 +491,7 @@ async fn unsaved_crisis_turn(
         // No session could be read: the log gets a per-thread placeholder
         // session id (hashed like every other).
         let session_id = format!("{}:unsaved", input.thread_id);
-        let status =
-            crate::session::capture_crisis(rt, input, &session_id, &verdict, info, outcome.style)
-                .await;
+        let status = capture_crisis(rt, input, &session_id, &verdict, info, outcome.style).await;
         diagnostics.set("crisis_log_status", status);
     }
     let output = AgentOutput {
@@ -601,17 +515,4 @@ async fn unsaved_crisis_turn(
         "crisis turn answered without storage"
     );
     Ok(output)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_rejoin_exactly() {
-        let text = "Thank you for telling me. That sounds like a lot to carry right now, and it makes sense to feel tired.";
-        let parts = chunks(text);
-        assert!(parts.len() > 2);
-        assert_eq!(parts.concat(), text);
-    }
 }

@@ -25,17 +25,35 @@ const SUBSTANTIVE: [&str; 4] = [
     "I would like to find a way to handle the stress at work better",
 ];
 
-/// Short enough to wait out in a test, long enough that consecutive turns
-/// in a loaded debug build never expire the session between them.
-const TIMEOUT_MS: i64 = 600;
-/// How long the tests wait for a session to expire.
-const PAST_TIMEOUT: Duration = Duration::from_millis(900);
+/// The session timeout of the test that lets a session expire for real
+/// (a turn reads the wall clock): short enough to wait out, long enough
+/// that consecutive turns of a debug build on a loaded two-core machine
+/// never expire the session between them.
+const TIMEOUT_MS: i64 = 3_000;
+/// How long that test waits for the session to expire.
+const PAST_TIMEOUT: Duration = Duration::from_millis(3_500);
+/// The sweeper tests' session timeout: the sweeper takes the time it
+/// sweeps at, so they sweep "later" instead of sleeping, and no load on
+/// the machine can expire a session between their turns.
+const SWEEP_TIMEOUT_MINUTES: i64 = 10;
 
 fn short_timeout() -> RuntimeOptions {
     RuntimeOptions {
         session_timeout: chrono::Duration::milliseconds(TIMEOUT_MS),
         ..RuntimeOptions::default()
     }
+}
+
+fn sweep_timeout() -> RuntimeOptions {
+    RuntimeOptions {
+        session_timeout: chrono::Duration::minutes(SWEEP_TIMEOUT_MINUTES),
+        ..RuntimeOptions::default()
+    }
+}
+
+/// A time after every session of the sweeper tests has expired.
+fn after_expiry() -> chrono::DateTime<Utc> {
+    Utc::now() + chrono::Duration::minutes(SWEEP_TIMEOUT_MINUTES + 1)
 }
 
 fn input(thread: &str, user: &str, message: &str) -> AgentInput {
@@ -163,9 +181,7 @@ async fn sweeper_finalizes_once(rt: Runtime) {
         Some(active),
         "an early sweep leaves the row alone"
     );
-    tokio::time::sleep(PAST_TIMEOUT).await;
-
-    assert_eq!(rt.sweep_expired(Utc::now()).await.expect("sweep"), 1);
+    assert_eq!(rt.sweep_expired(after_expiry()).await.expect("sweep"), 1);
     assert!(
         stores.sessions.get(thread).await.expect("get").is_none(),
         "session row cleared"
@@ -176,7 +192,7 @@ async fn sweeper_finalizes_once(rt: Runtime) {
         .await
         .expect("list arcs");
     assert_eq!(arcs.len(), 1, "one session arc for the owner");
-    assert_eq!(rt.sweep_expired(Utc::now()).await.expect("sweep"), 0);
+    assert_eq!(rt.sweep_expired(after_expiry()).await.expect("sweep"), 0);
 
     // The transcript is untouched; the session progress is cleared.
     let snap = stores
@@ -236,23 +252,23 @@ async fn turn_after_expiry_starts_new_session(rt: Runtime) {
     assert_eq!(users.len(), 4);
 }
 
-async fn sqlite_runtime(dir: &tempfile::TempDir) -> Runtime {
+async fn sqlite_runtime(dir: &tempfile::TempDir, opts: RuntimeOptions) -> Runtime {
     let stores = SqliteStores::open(dir.path().join("lifecycle.sqlite3"))
         .await
         .expect("open sqlite")
         .into_stores();
-    Runtime::persistent(stores, None, short_timeout())
+    Runtime::persistent(stores, None, opts)
 }
 
-async fn pg_runtime(url: &str) -> Runtime {
+async fn pg_runtime(url: &str, opts: RuntimeOptions) -> Runtime {
     let stores = PgStores::connect(url).await.expect("connect").into_stores();
-    Runtime::persistent(stores, None, short_timeout())
+    Runtime::persistent(stores, None, opts)
 }
 
 #[tokio::test]
 async fn sweeper_finalizes_an_expired_session_once_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    sweeper_finalizes_once(sqlite_runtime(&dir).await).await;
+    sweeper_finalizes_once(sqlite_runtime(&dir, sweep_timeout()).await).await;
 }
 
 #[tokio::test]
@@ -260,7 +276,7 @@ async fn sweeper_finalizes_an_expired_session_once_in_memory() {
     sweeper_finalizes_once(Runtime::persistent(
         Stores::in_memory(),
         None,
-        short_timeout(),
+        sweep_timeout(),
     ))
     .await;
 }
@@ -270,7 +286,7 @@ async fn sweeper_finalizes_an_expired_session_once_postgres() {
     let Some(db) = opencouch_store::testing::pg_test_db().await else {
         return;
     };
-    sweeper_finalizes_once(pg_runtime(db.url()).await).await;
+    sweeper_finalizes_once(pg_runtime(db.url(), sweep_timeout()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,15 +294,14 @@ async fn two_postgres_sweepers_finalize_once_in_total() {
     let Some(db) = opencouch_store::testing::pg_test_db().await else {
         return;
     };
-    let a = pg_runtime(db.url()).await;
-    let b = pg_runtime(db.url()).await;
+    let a = pg_runtime(db.url(), sweep_timeout()).await;
+    let b = pg_runtime(db.url(), sweep_timeout()).await;
     for m in &SUBSTANTIVE[..3] {
         a.run_turn(input("raced", "race-user", m))
             .await
             .expect("turn");
     }
-    tokio::time::sleep(PAST_TIMEOUT).await;
-    let now = Utc::now();
+    let now = after_expiry();
     let (x, y) = tokio::join!(a.sweep_expired(now), b.sweep_expired(now));
     let total = x.expect("sweep a") + y.expect("sweep b");
     assert_eq!(total, 1, "exactly one finalization across instances");
@@ -302,7 +317,7 @@ async fn two_postgres_sweepers_finalize_once_in_total() {
 #[tokio::test]
 async fn turn_after_expiry_starts_a_new_session_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    turn_after_expiry_starts_new_session(sqlite_runtime(&dir).await).await;
+    turn_after_expiry_starts_new_session(sqlite_runtime(&dir, short_timeout()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,5 +325,5 @@ async fn turn_after_expiry_starts_a_new_session_postgres() {
     let Some(db) = opencouch_store::testing::pg_test_db().await else {
         return;
     };
-    turn_after_expiry_starts_new_session(pg_runtime(db.url()).await).await;
+    turn_after_expiry_starts_new_session(pg_runtime(db.url(), short_timeout()).await).await;
 }

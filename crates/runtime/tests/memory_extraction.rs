@@ -436,7 +436,7 @@ async fn late_extraction_never_writes_into_an_ended_or_new_session() {
 }
 
 async fn facts(rt: &Runtime, owner: &str) -> Vec<SemanticFact> {
-    let backend = opencouch_runtime::memory::backend(rt);
+    let backend = opencouch_runtime::memory::backend(rt.memory_ports());
     opencouch_memory::MemoryBackend::list(&backend, owner, MemoryKind::Semantic)
         .await
         .expect("list")
@@ -600,7 +600,7 @@ async fn reconciliation_at_promotion_follows_the_model_within_limits() {
         fake.always_when(fact_reconcile(), reply);
         let rt = hybrid(&fake);
         let thread = format!("x-rec-{i}");
-        let backend = opencouch_runtime::memory::backend(&rt);
+        let backend = opencouch_runtime::memory::backend(rt.memory_ports());
         opencouch_memory::MemoryBackend::put(
             &backend,
             seed_fact(&thread, "Sara", "my sister Sara"),
@@ -657,7 +657,7 @@ async fn saved_preferences_are_worded_by_the_model_with_a_fallback() {
         let out = turn(&rt, &thread, "remember that I prefer short answers").await;
         assert_eq!(out.response_text, format!("Saved: {want}"), "case {i}");
         let profile = opencouch_memory::backend::load_profile(
-            &opencouch_runtime::memory::backend(&rt),
+            &opencouch_runtime::memory::backend(rt.memory_ports()),
             &thread,
         )
         .await

@@ -43,7 +43,7 @@ fn exercise_tools() -> ExerciseTools {
 /// tools of a runtime in `mode`).
 fn implement(mode: MemoryMode) -> impl Fn(&str) -> Option<Arc<dyn Tool>> {
     let exercise = exercise_tools();
-    let memory = MemoryTools::new(&runtime(mode), None);
+    let memory = MemoryTools::new(runtime(mode).memory_ports(), None);
     move |name| {
         builtin_tool(name)
             .or_else(|| exercise.get(name))

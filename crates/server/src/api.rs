@@ -13,16 +13,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
-use opencouch_core::{AgentInput, AgentOutput, Channel, MemoryMode, ModelTier, StreamEvent};
-use opencouch_runtime::service::{
-    ServiceError, TargetKind, scoped_thread_id, unscoped_thread_id, valid_thread_id,
-};
+use opencouch_core::MemoryMode;
+use opencouch_runtime::service::{ServiceError, TargetKind, unscoped_thread_id, valid_thread_id};
 use opencouch_store::FeedbackLabel;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{AuthMode, LOCAL_OWNER, bearer_token};
+use crate::chat::{Caller, public_output, scoped_thread, turn_events, user_store_down};
+pub use crate::chat::{ChatRequest, MAX_THREAD_ID_CHARS, Owner, Unverified, storage_thread_id};
 use crate::error::{ApiError, parse_json, parse_required};
 
 /// The OpenAPI document, maintained by hand and checked by a test.
@@ -130,63 +130,9 @@ async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Res
     }
 }
 
-/// The owner of a request, set by the auth middleware from the token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner(pub String);
-
-impl<S: Send + Sync> FromRequestParts<S> for Owner {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Owner>()
-            .cloned()
-            .ok_or_else(ApiError::unauthorized)
-    }
-}
-
-/// A chat request whose bearer token could not be checked because the user
-/// store failed. It may only reach the crisis gate: a crisis reply never
-/// depends on storage, so a level ≥ 2 message still gets the deterministic
-/// crisis reply (`saved: false`); anything else gets 503 as before. It
-/// reads and writes nothing and sees no one's data.
-#[derive(Debug, Clone, Copy)]
-pub struct Unverified;
-
-/// Who sends a chat request: a verified owner, or (only while the user
-/// store is down) an [`Unverified`] caller.
-#[derive(Debug, Clone)]
-pub enum Caller {
-    /// A verified owner (or the local owner).
-    Owner(Owner),
-    /// A caller whose token could not be checked (user store down).
-    Unverified,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(owner) = parts.extensions.get::<Owner>() {
-            return Ok(Caller::Owner(owner.clone()));
-        }
-        if parts.extensions.get::<Unverified>().is_some() {
-            return Ok(Caller::Unverified);
-        }
-        Err(ApiError::unauthorized())
-    }
-}
-
 /// The routes an [`Unverified`] caller may reach.
 fn is_chat_route(path: &str) -> bool {
     matches!(path, "/api/chat" | "/api/chat/stream" | "/api/chat/ws")
-}
-
-/// The store error handed to the runtime for an [`Unverified`] caller (the
-/// real one is logged where it happened).
-fn user_store_down() -> opencouch_store::StoreError {
-    opencouch_store::StoreError::Io(std::io::Error::other("the user store is unavailable"))
 }
 
 /// 429 with `Retry-After` (whole seconds, at least 1).
@@ -301,123 +247,9 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Par
     }
 }
 
-/// `POST /api/chat` and the WebSocket's first message.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChatRequest {
-    /// The user's message.
-    pub message: String,
-    /// The client's thread id (namespaced per owner in storage).
-    pub thread_id: String,
-    /// Incognito or persistent (default from the settings).
-    #[serde(default)]
-    pub memory_mode: Option<MemoryMode>,
-    /// fast (default) or quality.
-    #[serde(default)]
-    pub response_model_tier: Option<ModelTier>,
-}
-
-/// The longest client thread id accepted (the service API's one rule).
-pub use opencouch_runtime::service::MAX_THREAD_ID_CHARS;
-
-/// The storage thread id of an owner's thread.
-pub fn storage_thread_id(owner: &str, thread_id: &str) -> String {
-    scoped_thread_id(owner, thread_id)
-}
-
-fn scoped_thread(owner: &Owner, id: &str) -> Result<String, ApiError> {
-    if valid_thread_id(id) {
-        Ok(storage_thread_id(&owner.0, id))
-    } else {
-        Err(ApiError::bad_request(
-            "invalid_thread_id",
-            opencouch_runtime::service::THREAD_ID_RULE,
-        ))
-    }
-}
-
-impl AppState {
-    /// Validates a chat request (nothing is written before this passes).
-    fn chat_input(
-        &self,
-        owner: &Owner,
-        req: ChatRequest,
-    ) -> Result<(AgentInput, String), ApiError> {
-        let thread = scoped_thread(owner, &req.thread_id)?;
-        if req.message.trim().is_empty() {
-            return Err(ApiError::bad_request(
-                "invalid_input",
-                "message must not be empty",
-            ));
-        }
-        let max = self.limits().max_message_chars;
-        if req.message.chars().count() > max {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "message_too_long",
-                format!("message is longer than {max} characters"),
-            ));
-        }
-        if req.response_model_tier == Some(ModelTier::Control) {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                "response_model_tier must be fast or quality",
-            ));
-        }
-        let mut input = AgentInput::new(thread, req.message);
-        input.user_id = Some(owner.0.clone());
-        input.channel = Channel::Web;
-        input.memory_mode = req.memory_mode.unwrap_or(self.limits().default_memory_mode);
-        input.response_model_tier = req.response_model_tier.unwrap_or(ModelTier::Fast);
-        Ok((input, req.thread_id))
-    }
-}
-
-impl AppState {
-    /// Validates a chat request of any caller. An unverified caller's input
-    /// has no user id and a thread id that is never stored.
-    pub(crate) fn caller_input(
-        &self,
-        caller: &Caller,
-        req: ChatRequest,
-    ) -> Result<(AgentInput, String), ApiError> {
-        match caller {
-            Caller::Owner(owner) => self.chat_input(owner, req),
-            Caller::Unverified => {
-                let (mut input, client) = self.chat_input(&Owner("unverified".into()), req)?;
-                input.user_id = None;
-                Ok((input, client))
-            }
-        }
-    }
-}
-
 fn reject(state: &AppState, e: ApiError) -> ApiError {
     state.metrics().rejected(e.code);
     e
-}
-
-/// An output as the client sees it: its own thread id.
-fn public_output(output: &AgentOutput, client_thread: &str) -> Value {
-    let mut v = serde_json::to_value(output).unwrap_or(Value::Null);
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert("thread_id".into(), Value::String(client_thread.to_owned()));
-    }
-    v
-}
-
-/// A stream event as the client sees it (`{type, ...}`).
-fn public_event(ev: &StreamEvent, client_thread: &str) -> Value {
-    match ev {
-        StreamEvent::ResponseReady { output } => {
-            json!({"type": "response_ready", "output": public_output(output, client_thread)})
-        }
-        StreamEvent::Done { output } => {
-            json!({"type": "done", "output": public_output(output, client_thread)})
-        }
-        other => serde_json::to_value(other).unwrap_or(Value::Null),
-    }
 }
 
 async fn openapi() -> Response {
@@ -491,68 +323,6 @@ async fn chat(
             state.metrics().turn_error("internal");
             Err(ApiError::internal())
         }
-    }
-}
-
-/// Runs a streamed turn in its own task (drained even if the client goes
-/// away) and yields client-facing events; `done` or `error` is always last.
-pub(crate) fn turn_events(
-    state: &AppState,
-    caller: &Caller,
-    input: AgentInput,
-    client_thread: String,
-) -> impl Stream<Item = Value> + Send + use<> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Value>(64);
-    let svc = state.service(input.memory_mode);
-    let guard = state.turn_guard();
-    let state = state.clone();
-    let verified = matches!(caller, Caller::Owner(_));
-    tokio::spawn(async move {
-        let _guard = guard;
-        let started = Instant::now();
-        let events = if verified {
-            svc.stream_turn(input).boxed()
-        } else {
-            svc.stream_turn_without_storage(input, user_store_down())
-                .boxed()
-        };
-        let mut events = events;
-        let mut terminal = false;
-        while let Some(ev) = events.next().await {
-            let ev = match ev {
-                StreamEvent::Done { output } => {
-                    state.metrics().turn(&output, started.elapsed());
-                    StreamEvent::Done { output }
-                }
-                StreamEvent::Error { code, message } => {
-                    state.metrics().turn_error(&code);
-                    tracing::error!(code = %code, error = %message, "streamed turn failed");
-                    let message = stream_error_message(&code, message);
-                    StreamEvent::Error { code, message }
-                }
-                other => other,
-            };
-            terminal = ev.is_terminal();
-            let _ = tx.send(public_event(&ev, &client_thread)).await;
-            if terminal {
-                break;
-            }
-        }
-        if !terminal {
-            state.metrics().turn_error("internal");
-            let _ = tx.send(json!({"type": "error", "code": "internal", "message": "the turn stopped unexpectedly"})).await;
-        }
-    });
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
-}
-
-/// The client-facing message of a stream `error` event: the runtime's own
-/// wording for input errors, a generic one otherwise (details go to the log).
-fn stream_error_message(code: &str, message: String) -> String {
-    match code {
-        "invalid_input" | "message_too_long" => message,
-        "storage_unavailable" => "storage is unavailable".to_owned(),
-        _ => "the turn could not be completed".to_owned(),
     }
 }
 

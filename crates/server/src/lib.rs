@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod auth;
+mod chat;
 pub mod conn;
 pub mod error;
 pub mod guard;

@@ -29,7 +29,7 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{Caller, ChatRequest, turn_events};
+use crate::chat::{Caller, ChatRequest, turn_events};
 use crate::conn::ConnSlot;
 use crate::error::{ApiError, parse_required};
 

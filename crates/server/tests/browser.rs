@@ -152,7 +152,7 @@ async fn web_page_works_in_headless_chromium() {
 
     // What the page did is really in the store.
     let rt = state.runtime(MemoryMode::Persistent);
-    let svc = opencouch_runtime::memory::control_service(rt);
+    let svc = rt.memory_control();
     let snap = svc.snapshot("alice").await.unwrap();
     assert!(
         snap.rules.is_empty(),

@@ -111,7 +111,7 @@ pub async fn stored_threads(state: &AppState) -> usize {
 /// Saves a style rule for `owner` through the memory-control service.
 pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
     use opencouch_memory::control::{ControlContext, MemoryAction};
-    let svc = opencouch_runtime::memory::control_service(state.runtime(MemoryMode::Persistent));
+    let svc = state.runtime(MemoryMode::Persistent).memory_control();
     let ctx = ControlContext {
         owner_id: Some(owner),
         memory_mode: MemoryMode::Persistent,
@@ -170,7 +170,8 @@ pub async fn seed_arc_with(
     )
     .unwrap();
     arc.exercises_completed = exercises.iter().map(|e| e.to_string()).collect();
-    let backend = opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent));
+    let backend =
+        opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent).memory_ports());
     backend
         .put(MemoryRecord::from_arc(owner, &arc, None))
         .await

@@ -313,24 +313,45 @@ mod tests {
     }
 
     /// Every tool a specialist's prompt source names in backticks is
-    /// registered (prompts never name a tool that does not exist).
+    /// registered and offered to one of that specialist's turns (prompts
+    /// never name a tool that does not exist or that the turn cannot call).
     #[test]
-    fn prompt_sources_name_only_registered_tools() {
+    fn prompt_sources_name_only_tools_their_turns_offer() {
         let sources = [
-            include_str!("../sources/specialists/crisis.md"),
-            include_str!("../sources/specialists/therapeutic.md"),
-            include_str!("../sources/specialists/guided_exercise.md"),
-            include_str!("../sources/specialists/grounded_lookup.md"),
-            include_str!("../sources/specialists/memory_control.md"),
+            (
+                Specialist::Crisis,
+                include_str!("../sources/specialists/crisis.md"),
+            ),
+            (
+                Specialist::Therapeutic,
+                include_str!("../sources/specialists/therapeutic.md"),
+            ),
+            (
+                Specialist::GuidedExercise,
+                include_str!("../sources/specialists/guided_exercise.md"),
+            ),
+            (
+                Specialist::GroundedLookup,
+                include_str!("../sources/specialists/grounded_lookup.md"),
+            ),
+            (
+                Specialist::MemoryControl,
+                include_str!("../sources/specialists/memory_control.md"),
+            ),
         ];
-        for text in sources {
+        for (specialist, text) in sources {
             for (i, quoted) in text.split('`').enumerate() {
                 let looks_like_tool = i % 2 == 1
                     && quoted.contains('_')
                     && quoted.chars().all(|c| c.is_ascii_lowercase() || c == '_');
-                if looks_like_tool {
-                    assert!(is_registered(quoted), "{quoted} is not registered");
+                if !looks_like_tool {
+                    continue;
                 }
+                let def = get(quoted).unwrap_or_else(|| panic!("{quoted} is not registered"));
+                assert!(
+                    def.toolsets.iter().any(|t| t.specialist() == specialist),
+                    "{specialist:?} names {quoted}, which none of its turns offers"
+                );
             }
         }
     }

@@ -14,6 +14,10 @@
 //! Release: [`ThreadGuard::release`] unlocks and returns the connection;
 //! dropping the guard unlocks on a spawned task, and without a runtime the
 //! connection is closed, which ends the server session and frees the lock.
+//! Either way the in-process mutex is released only after the advisory
+//! unlock, so the next turn on the thread in this process waits on the
+//! mutex (woken at once) and finds the advisory lock free, instead of
+//! polling it while the unlock is still in flight.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -100,7 +104,10 @@ impl ThreadLocks {
                     })?,
             ),
         };
-        Ok(ThreadGuard { _local: local, pg })
+        Ok(ThreadGuard {
+            local: Some(local),
+            pg,
+        })
     }
 
     /// Tries once to take the global lock `name` (e.g. [`SWEEPER_LOCK`]);
@@ -116,7 +123,10 @@ impl ThreadLocks {
                 None => return Ok(None),
             },
         };
-        Ok(Some(ThreadGuard { _local: local, pg }))
+        Ok(Some(ThreadGuard {
+            local: Some(local),
+            pg,
+        }))
     }
 }
 
@@ -177,6 +187,10 @@ struct PgHeld {
 
 const UNLOCK_SQL: &str = "SELECT pg_advisory_unlock($1, hashtext($2))";
 
+/// How long a background unlock may take before its connection is closed
+/// instead (closing ends the server session, which frees the lock).
+const UNLOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl PgHeld {
     async fn release(mut self) -> StoreResult<()> {
         if let Some(mut conn) = self.conn.take() {
@@ -193,10 +207,11 @@ impl PgHeld {
         }
         Ok(())
     }
-}
 
-impl Drop for PgHeld {
-    fn drop(&mut self) {
+    /// Unlocks on a spawned task, then drops `local` (the in-process mutex
+    /// guard of the same lock, if any). Without a runtime the connection is
+    /// closed, which frees the lock, and `local` is dropped at once.
+    fn release_in_background(&mut self, local: Option<OwnedMutexGuard<()>>) {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
@@ -205,16 +220,16 @@ impl Drop for PgHeld {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    if sqlx::query(UNLOCK_SQL)
+                    let unlock = sqlx::query(UNLOCK_SQL)
                         .bind(namespace)
                         .bind(&key)
-                        .execute(&mut *conn)
-                        .await
-                        .is_err()
-                    {
+                        .execute(&mut *conn);
+                    if !matches!(tokio::time::timeout(UNLOCK_TIMEOUT, unlock).await, Ok(Ok(_))) {
                         tracing::warn!("advisory unlock failed; closing the lock connection");
                         conn.close_on_drop();
                     }
+                    drop(conn);
+                    drop(local);
                 });
             }
             Err(_) => drop(conn.detach()),
@@ -222,13 +237,19 @@ impl Drop for PgHeld {
     }
 }
 
+impl Drop for PgHeld {
+    fn drop(&mut self) {
+        self.release_in_background(None);
+    }
+}
+
 /// Exclusive use of one thread (or one global name) until dropped or
 /// [`released`](ThreadGuard::release).
 pub struct ThreadGuard {
-    // Field order matters: the advisory lock is released before the local
-    // mutex, so a local waiter never races a still-held server lock for long.
+    // Released in this order: the advisory lock first, then the local
+    // mutex, so a local waiter never races a still-held server lock.
     pg: Option<PgHeld>,
-    _local: OwnedMutexGuard<()>,
+    local: Option<OwnedMutexGuard<()>>,
 }
 
 impl std::fmt::Debug for ThreadGuard {
@@ -251,6 +272,17 @@ impl ThreadGuard {
             pg.release().await?;
         }
         Ok(())
+    }
+}
+
+impl Drop for ThreadGuard {
+    fn drop(&mut self) {
+        let local = self.local.take();
+        match self.pg.take() {
+            // The local mutex travels with the unlock and is released after it.
+            Some(mut pg) => pg.release_in_background(local),
+            None => drop(local),
+        }
     }
 }
 

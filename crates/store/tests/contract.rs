@@ -897,6 +897,46 @@ async fn concurrent_turns_serialize(s: &Stores) {
     sweeper.release().await.expect("release");
 }
 
+/// Turns that drop their guard (the runtime's way) instead of releasing it
+/// still serialize, and the next turn on the thread gets the lock promptly.
+async fn dropped_guards_serialize(s: &Stores) {
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..5 {
+                let guard = s.lock_thread("dropped").await.expect("lock");
+                let state = match s.threads.load("dropped", 4).await.expect("load") {
+                    Some(snap) => snap.state,
+                    None => ThreadState::new("dropped", Channel::Web),
+                };
+                s.threads
+                    .commit_turn(turn(&state, &format!("u{i}-{j}"), "a", t0()))
+                    .await
+                    .expect("commit");
+                drop(guard);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let snap = s
+        .threads
+        .load("dropped", 0)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(snap.state.turn_count, 20, "no lost turn");
+    assert_eq!(snap.state.message_count, 40);
+    assert!(
+        started.elapsed() < StdDuration::from_secs(20),
+        "twenty turns took {:?}",
+        started.elapsed()
+    );
+}
+
 fn api_user(name: &str, hash_digit: char, at: DateTime<Utc>) -> ApiUser {
     ApiUser {
         name: name.to_owned(),
@@ -1074,6 +1114,7 @@ contract!(
     feedback_and_voice,
     concurrent_turns_serialize,
     api_users,
+    dropped_guards_serialize,
 );
 
 /// A representative first read/append after start-up.

@@ -14,6 +14,7 @@
 //! `crate::lock`.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use opencouch_core::{Message, ThreadState};
@@ -21,7 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, PgPool, Postgres, Row};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
 
 use crate::codec::decode_state;
 use crate::error::{StoreError, StoreResult};
@@ -35,6 +36,29 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 pub const QUERY_POOL_SIZE: u32 = 10;
 /// Connections for advisory locks (each held turn pins one).
 pub const LOCK_POOL_SIZE: u32 = 16;
+/// A pooled connection idle for at least this long is pinged before it is
+/// handed out (a server restart or a dropped network path is noticed there
+/// and the connection replaced). One in steady use is handed out without the
+/// ping: sqlx's default pings on *every* acquire, one extra round trip per
+/// query. (sqlx also pings every connection returned to the pool; that
+/// one runs on a background task, off the caller's path.)
+pub const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
+
+/// Pool options shared by the query and the lock pool: the health check
+/// only for connections idle [`IDLE_PING_AFTER`] or longer.
+fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_PING_AFTER {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
 
 /// The PostgreSQL backend (implements every store trait).
 #[derive(Clone, Debug)]
@@ -47,13 +71,10 @@ impl PgStores {
     /// Connects to `url` and applies the embedded migrations.
     pub async fn connect(url: &str) -> StoreResult<Self> {
         let options = PgConnectOptions::from_str(url)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(QUERY_POOL_SIZE)
+        let pool = pool_options(QUERY_POOL_SIZE)
             .connect_with(options.clone())
             .await?;
-        let lock_pool = PgPoolOptions::new()
-            .max_connections(LOCK_POOL_SIZE)
-            .connect_lazy_with(options);
+        let lock_pool = pool_options(LOCK_POOL_SIZE).connect_lazy_with(options);
         let stores = PgStores { pool, lock_pool };
         stores.migrate().await?;
         Ok(stores)

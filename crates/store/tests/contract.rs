@@ -18,8 +18,8 @@ use opencouch_store::{
     ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
     ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
-    ThreadCursor, TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState,
-    opaque_session_id,
+    ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
+    VoiceFinalizationState, opaque_session_id,
 };
 use serde_json::json;
 
@@ -897,6 +897,71 @@ async fn concurrent_turns_serialize(s: &Stores) {
     sweeper.release().await.expect("release");
 }
 
+/// `Stores::load_turn` answers exactly what `threads.load` and
+/// `sessions.get` answer, whichever of snapshot and session row exist.
+async fn load_turn_matches_separate_reads(s: &Stores) {
+    async fn same(s: &Stores, thread: &str, recent: usize) -> TurnLoad {
+        let both = s.load_turn(thread, recent).await.expect("load_turn");
+        assert_eq!(
+            both.snapshot,
+            s.threads.load(thread, recent).await.expect("load"),
+            "{thread}/{recent}"
+        );
+        assert_eq!(
+            both.session,
+            s.sessions.get(thread).await.expect("get"),
+            "{thread}/{recent}"
+        );
+        both
+    }
+    // Nothing at all.
+    let none = same(s, "lt-none", 5).await;
+    assert!(none.snapshot.is_none() && none.session.is_none());
+    // A session row without a snapshot.
+    let mut row = ActiveSession::start("lt-orphan", t0(), 3);
+    row.session_buffer = json!({"held_semantic": [{"id": "c1"}]});
+    row.max_crisis_level = 2;
+    row.finalize_required_reason = Some(REASON_INTERRUPTED.to_owned());
+    s.sessions.put(&row).await.expect("put");
+    let orphan = same(s, "lt-orphan", 5).await;
+    assert_eq!(orphan.session, Some(row));
+    assert!(orphan.snapshot.is_none());
+    // A snapshot without a session row, then with one.
+    let mut state = ThreadState::new("lt", Channel::Web);
+    for i in 0..3 {
+        let out = s
+            .threads
+            .commit_turn(turn(&state, &format!("u{i}"), &format!("a{i}"), t0()))
+            .await
+            .expect("commit");
+        state = s
+            .threads
+            .load("lt", 0)
+            .await
+            .expect("load")
+            .expect("exists")
+            .state;
+        assert_eq!(out.message_count, state.message_count);
+    }
+    for recent in [0, 1, 4, 6, 100] {
+        let got = same(s, "lt", recent).await;
+        assert!(got.session.is_none());
+        let snap = got.snapshot.expect("snapshot");
+        assert_eq!(snap.recent.len(), recent.min(6));
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, (6 - recent.min(6) as u64..6).collect::<Vec<_>>());
+    }
+    let mut c = turn(&state, "u3", "a3", t0() + Duration::seconds(1));
+    let mut row = ActiveSession::start("lt", t0(), 6);
+    row.last_active_at = Some(t0() + Duration::seconds(1));
+    row.rotate_after_this_turn = true;
+    c.session = SessionWrite::Upsert(row.clone());
+    s.threads.commit_turn(c).await.expect("commit");
+    let got = same(s, "lt", 3).await;
+    assert_eq!(got.session, Some(row));
+    assert_eq!(got.snapshot.expect("snapshot").state.message_count, 8);
+}
+
 /// Turns that drop their guard (the runtime's way) instead of releasing it
 /// still serialize, and the next turn on the thread gets the lock promptly.
 async fn dropped_guards_serialize(s: &Stores) {
@@ -1115,6 +1180,7 @@ contract!(
     concurrent_turns_serialize,
     api_users,
     dropped_guards_serialize,
+    load_turn_matches_separate_reads,
 );
 
 /// A representative first read/append after start-up.
@@ -1327,6 +1393,72 @@ async fn postgres_thread_lock_spans_processes() {
     assert_eq!((snap.state.turn_count, snap.state.message_count), (6, 12));
     p1.close().await;
     p2.close().await;
+}
+
+/// The SQL backends read the snapshot and its window in one statement,
+/// cutting the window at the `message_count` column; the window must still
+/// follow the snapshot's own count should the column disagree with it.
+async fn window_follows_the_snapshot_count<F, Fut>(s: &Stores, set_column: F)
+where
+    F: Fn(i64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut state = ThreadState::new("count", Channel::Web);
+    for i in 0..2 {
+        s.threads
+            .commit_turn(turn(&state, &format!("u{i}"), "a", t0()))
+            .await
+            .expect("commit");
+        state = s.threads.load("count", 0).await.expect("load").expect("exists").state;
+    }
+    for column in [4, 1, 100] {
+        set_column(column).await;
+        let snap = s.threads.load("count", 10).await.expect("load").expect("exists");
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![0, 1, 2, 3], "column {column}");
+        let both = s.load_turn("count", 3).await.expect("load_turn");
+        let idx: Vec<u64> = both.snapshot.expect("exists").recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![1, 2, 3], "column {column}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_window_follows_the_snapshot_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = SqliteStores::open(dir.path().join("count.db")).await.expect("open");
+    let pool = backend.pool().clone();
+    window_follows_the_snapshot_count(&backend.into_stores(), |n| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE thread_state SET message_count = $1")
+                .bind(n)
+                .execute(&pool)
+                .await
+                .expect("update");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_window_follows_the_snapshot_count() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let pg = PgStores::connect(db.url()).await.expect("connect");
+    let pool = pg.pool().clone();
+    window_follows_the_snapshot_count(&pg.clone().into_stores(), |n| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE thread_state SET message_count = $1")
+                .bind(n)
+                .execute(&pool)
+                .await
+                .expect("update");
+        }
+    })
+    .await;
+    pg.close().await;
 }
 
 /// Incognito accepts only `EphemeralStores`, which is in-memory by

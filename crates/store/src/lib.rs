@@ -48,8 +48,8 @@ pub use records::{
     ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath,
     SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TraceRuntimeMode,
-    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
-    thread_owner,
+    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization, VoiceFinalizationState,
+    opaque_session_id, thread_owner,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
@@ -156,10 +156,8 @@ impl Stores {
     /// [`ThreadStore::load_with_session`] (one round trip on SQL backends
     /// instead of two), otherwise through the two calls.
     pub async fn load_turn(&self, thread_id: &str, recent: usize) -> StoreResult<TurnLoad> {
-        let one_backend = std::ptr::addr_eq(
-            Arc::as_ptr(&self.threads),
-            Arc::as_ptr(&self.sessions),
-        );
+        let one_backend =
+            std::ptr::addr_eq(Arc::as_ptr(&self.threads), Arc::as_ptr(&self.sessions));
         if one_backend
             && let Some(loaded) = self.threads.load_with_session(thread_id, recent).await?
         {

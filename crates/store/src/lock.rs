@@ -224,7 +224,10 @@ impl PgHeld {
                         .bind(namespace)
                         .bind(&key)
                         .execute(&mut *conn);
-                    if !matches!(tokio::time::timeout(UNLOCK_TIMEOUT, unlock).await, Ok(Ok(_))) {
+                    if !matches!(
+                        tokio::time::timeout(UNLOCK_TIMEOUT, unlock).await,
+                        Ok(Ok(_))
+                    ) {
                         tracing::warn!("advisory unlock failed; closing the lock connection");
                         conn.close_on_drop();
                     }

@@ -1409,15 +1409,32 @@ where
             .commit_turn(turn(&state, &format!("u{i}"), "a", t0()))
             .await
             .expect("commit");
-        state = s.threads.load("count", 0).await.expect("load").expect("exists").state;
+        state = s
+            .threads
+            .load("count", 0)
+            .await
+            .expect("load")
+            .expect("exists")
+            .state;
     }
     for column in [4, 1, 100] {
         set_column(column).await;
-        let snap = s.threads.load("count", 10).await.expect("load").expect("exists");
+        let snap = s
+            .threads
+            .load("count", 10)
+            .await
+            .expect("load")
+            .expect("exists");
         let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
         assert_eq!(idx, vec![0, 1, 2, 3], "column {column}");
         let both = s.load_turn("count", 3).await.expect("load_turn");
-        let idx: Vec<u64> = both.snapshot.expect("exists").recent.iter().map(|e| e.index).collect();
+        let idx: Vec<u64> = both
+            .snapshot
+            .expect("exists")
+            .recent
+            .iter()
+            .map(|e| e.index)
+            .collect();
         assert_eq!(idx, vec![1, 2, 3], "column {column}");
     }
 }
@@ -1425,7 +1442,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_window_follows_the_snapshot_count() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let backend = SqliteStores::open(dir.path().join("count.db")).await.expect("open");
+    let backend = SqliteStores::open(dir.path().join("count.db"))
+        .await
+        .expect("open");
     let pool = backend.pool().clone();
     window_follows_the_snapshot_count(&backend.into_stores(), |n| {
         let pool = pool.clone();

@@ -962,6 +962,76 @@ async fn load_turn_matches_separate_reads(s: &Stores) {
     assert_eq!(got.snapshot.expect("snapshot").state.message_count, 8);
 }
 
+/// `commit_turn` appends at the transcript's actual end whatever
+/// `message_count` the committed state carries (behind, right or ahead),
+/// with every kind of session write.
+async fn commit_continues_at_the_transcript_end(s: &Stores) {
+    let fresh = ThreadState::new("end", Channel::Web);
+    let mut c = turn(&fresh, "u0", "a0", t0());
+    c.session = SessionWrite::Upsert(ActiveSession::start("end", t0(), 0));
+    let out = s.threads.commit_turn(c).await.expect("commit");
+    assert_eq!((out.first_index, out.message_count), (0, 2));
+    for (i, (claimed, session)) in [
+        // Right (the transcript ends at 2, 4, 6 before these commits) …
+        (2, SessionWrite::Keep),
+        (
+            4,
+            SessionWrite::Upsert(ActiveSession::start("end", t0(), 4)),
+        ),
+        (6, SessionWrite::Clear),
+        // … behind, ahead, behind.
+        (0, SessionWrite::Keep),
+        (
+            40,
+            SessionWrite::Upsert(ActiveSession::start("end", t0(), 10)),
+        ),
+        (3, SessionWrite::Clear),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut state = fresh.clone();
+        state.message_count = claimed;
+        state.turn_count = i as u64 + 1;
+        let mut c = turn(&state, &format!("u{}", i + 1), "a", t0());
+        c.session = session.clone();
+        let out = s.threads.commit_turn(c).await.expect("commit");
+        let end = 2 * (i as u64 + 1);
+        assert_eq!((out.first_index, out.message_count), (end, end + 2), "{i}");
+        let snap = s
+            .threads
+            .load("end", 2)
+            .await
+            .expect("load")
+            .expect("exists");
+        assert_eq!(snap.state.message_count, end + 2, "{i}");
+        assert_eq!(snap.state.turn_count, i as u64 + 2, "{i}");
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![end, end + 1], "{i}");
+        assert_eq!(snap.recent[0].message.content, format!("u{}", i + 1));
+        let row = s.sessions.get("end").await.expect("get");
+        match session {
+            SessionWrite::Keep => {}
+            SessionWrite::Upsert(expected) => assert_eq!(row, Some(expected), "{i}"),
+            SessionWrite::Clear => assert!(row.is_none(), "{i}"),
+        }
+    }
+    // An empty append only rewrites the snapshot.
+    let snap = s
+        .threads
+        .load("end", 0)
+        .await
+        .expect("load")
+        .expect("exists");
+    let mut c = turn(&snap.state, "", "", t0());
+    c.append.clear();
+    let out = s.threads.commit_turn(c).await.expect("commit");
+    assert_eq!((out.first_index, out.message_count), (14, 14));
+    let history = s.threads.history("end", 100, None).await.expect("history");
+    let idx: Vec<u64> = history.iter().map(|e| e.index).collect();
+    assert_eq!(idx, (0..14).collect::<Vec<_>>(), "no gaps, no duplicates");
+}
+
 /// Turns that drop their guard (the runtime's way) instead of releasing it
 /// still serialize, and the next turn on the thread gets the lock promptly.
 async fn dropped_guards_serialize(s: &Stores) {
@@ -1179,8 +1249,9 @@ contract!(
     feedback_and_voice,
     concurrent_turns_serialize,
     api_users,
-    dropped_guards_serialize,
     load_turn_matches_separate_reads,
+    commit_continues_at_the_transcript_end,
+    dropped_guards_serialize,
 );
 
 /// A representative first read/append after start-up.

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use opencouch_core::{Message, ResponseStyle, Role, Route};
 use serde_json::Value;
 
-use super::{Arg, Conn, SqlBackend, SqlRow, Stmt, opt_enum, parse_enum, to_i64, to_limit, to_u64};
+use super::{
+    Arg, AtEnd, Conn, SqlBackend, SqlRow, Stmt, opt_enum, parse_enum, to_i64, to_limit, to_u64,
+};
 use crate::codec::encode_state;
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
@@ -294,6 +296,36 @@ impl<B: SqlBackend> ThreadStore for B {
             && s.thread_id != state.thread_id
         {
             return Err(StoreError::Invalid("session row belongs to another thread"));
+        }
+        // One statement when the dialect has the form and the transcript
+        // ends where the snapshot says (the usual case under the thread
+        // lock); otherwise the transaction below, which appends at the
+        // actual end.
+        if B::COMMIT_AT_END
+            && let Ok(first) = i64::try_from(state.message_count)
+            && let Some(count) = first.checked_add(append.len() as i64)
+        {
+            // (The transaction sets its own count if this does not commit.)
+            state.message_count = count as u64;
+            let snapshot = encode_state(&state)?;
+            let done = self
+                .commit_at_end(AtEnd {
+                    thread_id: &state.thread_id,
+                    first,
+                    append: &append,
+                    at,
+                    turn_count: to_i64(state.turn_count)?,
+                    message_count: count,
+                    snapshot: &snapshot,
+                    session: &session,
+                })
+                .await?;
+            if done {
+                return Ok(CommitOutcome {
+                    first_index: first as u64,
+                    message_count: count as u64,
+                });
+            }
         }
         let mut tx = self.begin_write().await?;
         let stmt = Stmt::new(

@@ -25,12 +25,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::codec::decode_state;
 use crate::error::{StoreError, StoreResult};
-use crate::lock::ThreadLocks;
+use crate::lock::{HeldConns, ThreadLocks};
 use crate::records::SessionWrite;
-use crate::sql::{Arg, AtEnd, SqlBackend, SqlRow, Stmt, crisis_level_u8, to_i64};
+use crate::sql::{Arg, AtEnd, SqlBackend, SqlRow, Stmt, TurnConn, crisis_level_u8, to_i64};
 use crate::{Backend, Stores};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -68,6 +69,9 @@ fn pool_options(max_connections: u32) -> PgPoolOptions {
 pub struct PgStores {
     pool: PgPool,
     lock_pool: PgPool,
+    /// Connections of this process's held thread locks, lent to the turn
+    /// queries on those threads (see [`SqlBackend::turn_conn`]).
+    held: HeldConns,
 }
 
 impl PgStores {
@@ -78,7 +82,11 @@ impl PgStores {
             .connect_with(options.clone())
             .await?;
         let lock_pool = pool_options(LOCK_POOL_SIZE).connect_lazy_with(options);
-        let stores = PgStores { pool, lock_pool };
+        let stores = PgStores {
+            pool,
+            lock_pool,
+            held: HeldConns::default(),
+        };
         stores.migrate().await?;
         Ok(stores)
     }
@@ -97,9 +105,11 @@ impl PgStores {
     }
 
     /// Wraps this backend into a [`Stores`] bundle whose locks also hold
-    /// PostgreSQL advisory locks.
+    /// PostgreSQL advisory locks; while a thread's lock is held, this
+    /// backend runs the turn's queries on the thread (load, session row,
+    /// commit) on the lock's connection.
     pub fn into_stores(self) -> Stores {
-        let locks = ThreadLocks::with_postgres(self.lock_pool.clone());
+        let locks = ThreadLocks::with_postgres_sharing(self.lock_pool.clone(), self.held.clone());
         Stores::from_backend(std::sync::Arc::new(self), Backend::Postgres, locks)
     }
 
@@ -148,6 +158,16 @@ impl SqlBackend for PgStores {
 
     fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The held thread lock's connection when this process holds the lock.
+    async fn turn_conn(&self, thread_id: &str) -> StoreResult<TurnConn<Postgres>> {
+        if let Some(slot) = self.held.get(thread_id)
+            && let Ok(conn) = OwnedMutexGuard::try_map(slot.lock_owned().await, Option::as_mut)
+        {
+            return Ok(TurnConn::Held(conn));
+        }
+        Ok(TurnConn::Pooled(self.pool.acquire().await?))
     }
 
     async fn execute_in<'c>(conn: &'c mut PgConnection, stmt: Stmt<'c>) -> StoreResult<u64> {
@@ -236,7 +256,8 @@ impl SqlBackend for PgStores {
                 .bind(s.rotate_after_this_turn)
                 .bind(s.finalize_required_reason.as_deref());
         }
-        let next: i64 = q.fetch_one(&self.pool).await?.try_get("n")?;
+        let mut conn = self.turn_conn(c.thread_id).await?;
+        let next: i64 = q.fetch_one(&mut *conn).await?.try_get("n")?;
         Ok(next == c.first)
     }
 }
@@ -452,6 +473,57 @@ mod tests {
                 SessionWrite::Clear => assert!(got.is_none()),
                 _ => assert_eq!(got.as_ref(), Some(&row)),
             }
+        }
+        pg.close().await;
+    }
+
+    /// While this process holds a thread's lock, the turn's queries on the
+    /// thread run on the connection holding the advisory lock; other
+    /// threads' queries, and this one's after release, use the pool.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn turn_queries_run_on_the_lock_connection() {
+        let Some(db) = crate::testing::pg_test_db().await else {
+            return;
+        };
+        let pg = PgStores::connect(db.url()).await.unwrap();
+        let stores = pg.clone().into_stores();
+        async fn pid(conn: &mut TurnConn<Postgres>) -> i32 {
+            sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap()
+        }
+        async fn lock_holders(pg: &PgStores) -> Vec<i32> {
+            sqlx::query_scalar(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND classid = 1 AND objid::INT = hashtext('t1')",
+            )
+            .fetch_all(pg.pool())
+            .await
+            .unwrap()
+        }
+        for round in 0..2 {
+            let guard = stores.lock_thread("t1").await.unwrap();
+            let mut conn = pg.turn_conn("t1").await.unwrap();
+            assert!(matches!(conn, TurnConn::Held(_)), "{round}");
+            let holder = pid(&mut conn).await;
+            drop(conn);
+            assert_eq!(lock_holders(&pg).await, vec![holder], "{round}");
+            let mut other = pg.turn_conn("t2").await.unwrap();
+            assert!(matches!(other, TurnConn::Pooled(_)));
+            assert_ne!(pid(&mut other).await, holder);
+            drop(other);
+            if round == 0 {
+                guard.release().await.unwrap();
+            } else {
+                drop(guard);
+                // The spawned unlock finishes before the lock is free again.
+                drop(stores.lock_thread("t1").await.unwrap());
+            }
+            assert!(matches!(
+                pg.turn_conn("t1").await.unwrap(),
+                TurnConn::Pooled(_)
+            ));
         }
         pg.close().await;
     }

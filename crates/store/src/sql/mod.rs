@@ -19,6 +19,7 @@ pub(crate) mod threads;
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -26,7 +27,9 @@ use opencouch_core::{Message, ThreadState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool, Transaction};
+use tokio::sync::OwnedMappedMutexGuard;
 
 use crate::error::{StoreError, StoreResult};
 use crate::records::SessionWrite;
@@ -65,6 +68,17 @@ pub trait SqlBackend: Send + Sync + 'static {
 
     /// The query pool.
     fn pool(&self) -> &Pool<Self::DB>;
+
+    /// A connection for a query on `thread_id` during its turn: the one
+    /// pinned by the thread's lock when this process holds it and the
+    /// dialect lends it (PostgreSQL), else a pooled one (the default).
+    fn turn_conn(
+        &self,
+        thread_id: &str,
+    ) -> impl Future<Output = StoreResult<TurnConn<Self::DB>>> + Send {
+        let _ = thread_id;
+        async move { Ok(TurnConn::Pooled(self.pool().acquire().await?)) }
+    }
 
     /// Runs `stmt` on `conn`; the number of rows it changed.
     fn execute_in<'c>(
@@ -209,6 +223,34 @@ pub trait SqlBackend: Send + Sync + 'static {
             Self::fetch_optional_in(conn, stmt)
                 .await?
                 .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+        }
+    }
+}
+
+/// A connection from [`SqlBackend::turn_conn`].
+pub enum TurnConn<DB: Database> {
+    /// Taken from the query pool; returned on drop.
+    Pooled(PoolConnection<DB>),
+    /// Lent by the thread's held lock, exclusively until dropped.
+    Held(OwnedMappedMutexGuard<Option<PoolConnection<DB>>, PoolConnection<DB>>),
+}
+
+impl<DB: Database> Deref for TurnConn<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        match self {
+            TurnConn::Pooled(conn) => conn,
+            TurnConn::Held(conn) => conn,
+        }
+    }
+}
+
+impl<DB: Database> DerefMut for TurnConn<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        match self {
+            TurnConn::Pooled(conn) => conn,
+            TurnConn::Held(conn) => conn,
         }
     }
 }

@@ -104,7 +104,7 @@ async fn load_in_one<B: SqlBackend>(
     recent: usize,
     with_session: bool,
 ) -> StoreResult<TurnLoad> {
-    let mut conn = backend.pool().acquire().await?;
+    let mut conn = backend.turn_conn(thread_id).await?;
     static LOAD_SQL: LazyLock<[String; 2]> = LazyLock::new(|| [load_sql(false), load_sql(true)]);
     let stmt = Stmt::new(LOAD_SQL[usize::from(with_session)].as_str())
         .bind(thread_id)
@@ -440,7 +440,8 @@ impl<B: SqlBackend> ThreadStore for B {
 impl<B: SqlBackend> SessionStore for B {
     async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
         let stmt = Stmt::new("SELECT * FROM active_sessions WHERE thread_id = $1").bind(thread_id);
-        let row = self.fetch_optional(stmt).await?;
+        let mut conn = self.turn_conn(thread_id).await?;
+        let row = B::fetch_optional_in(&mut conn, stmt).await?;
         row.as_ref().map(session_from_row).transpose()
     }
 

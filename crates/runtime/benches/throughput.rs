@@ -7,7 +7,10 @@
 //!   triage, plan, specialist, memory policy; no I/O);
 //! * **store only**: the store calls one turn makes (thread lock, load,
 //!   session status + get, one `commit_turn` with two messages and an
-//!   upserted session row), without the pipeline.
+//!   upserted session row), without the pipeline;
+//! * **store 1-read**: the same with `Stores::load_turn` (snapshot, window
+//!   and session row in one read) in place of load + status + get: what
+//!   the turn's storage would cost if the runtime read that way.
 //!
 //! Run: `cargo bench -p opencouch-runtime --bench throughput`.
 //! `OPENCOUCH_BENCH_SECS` sets the seconds per cell (default 3);
@@ -20,7 +23,7 @@ use chrono::Utc;
 use opencouch_core::{AgentInput, Channel, Message, ThreadState};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::{
-    ActiveSession, PgStores, SessionWrite, SqliteStores, Stores, TurnCommit,
+    ActiveSession, PgStores, SessionWrite, SqliteStores, Stores, TurnCommit, session_status,
     testing::try_pg_test_db,
 };
 
@@ -137,8 +140,15 @@ async fn full_turns(rt: &Runtime, workers: usize, tag: &str, run_for: Duration) 
     cell
 }
 
-/// The store calls of one turn, from `workers` concurrent threads.
-async fn store_only(stores: &Stores, workers: usize, tag: &str, run_for: Duration) -> Cell {
+/// The store calls of one turn, from `workers` concurrent threads; with
+/// `one_read`, the snapshot and session row come from `Stores::load_turn`.
+async fn store_only(
+    stores: &Stores,
+    workers: usize,
+    tag: &str,
+    run_for: Duration,
+    one_read: bool,
+) -> Cell {
     let timeout = chrono::Duration::minutes(20);
     let start = Instant::now();
     let deadline = start + run_for;
@@ -154,9 +164,15 @@ async fn store_only(stores: &Stores, workers: usize, tag: &str, run_for: Duratio
                 let r: Result<(), opencouch_store::StoreError> = async {
                     let _guard = stores.lock_thread(&thread).await?;
                     let now = Utc::now();
-                    let snap = stores.threads.load(&thread, 12).await?;
-                    let _status = stores.sessions.status(&thread, now, timeout).await?;
-                    let active = stores.sessions.get(&thread).await?;
+                    let (snap, active) = if one_read {
+                        let loaded = stores.load_turn(&thread, 12).await?;
+                        let _status = session_status(loaded.session.as_ref(), now, timeout);
+                        (loaded.snapshot, loaded.session)
+                    } else {
+                        let snap = stores.threads.load(&thread, 12).await?;
+                        let _status = stores.sessions.status(&thread, now, timeout).await?;
+                        (snap, stores.sessions.get(&thread).await?)
+                    };
                     let mut state = snap
                         .map(|s| s.state)
                         .unwrap_or_else(|| ThreadState::new(&thread, Channel::Test));
@@ -268,8 +284,12 @@ async fn bench() {
             row("sqlite", "full turn", c, &cell);
         }
         if let Some(stores) = sqlite(dir.path(), &format!("store-{c}")).await {
-            let cell = store_only(&stores, c, "sqlite-store", run_for).await;
+            let cell = store_only(&stores, c, "sqlite-store", run_for, false).await;
             row("sqlite", "store only", c, &cell);
+        }
+        if let Some(stores) = sqlite(dir.path(), &format!("read1-{c}")).await {
+            let cell = store_only(&stores, c, "sqlite-read1", run_for, true).await;
+            row("sqlite", "store 1-read", c, &cell);
         }
     }
 
@@ -285,20 +305,27 @@ async fn bench() {
                     }
                     Err(e) => println!("postgres: cannot connect: {e}"),
                 }
-                match PgStores::connect(db.url()).await {
-                    Ok(s) => {
-                        let stores = s.into_stores();
-                        let cell = store_only(&stores, c, &format!("pg-store-{c}"), run_for).await;
-                        row("postgres", "store only", c, &cell);
+                for (one_read, what, tag) in [
+                    (false, "store only", "pg-store"),
+                    (true, "store 1-read", "pg-read1"),
+                ] {
+                    match PgStores::connect(db.url()).await {
+                        Ok(s) => {
+                            let stores = s.into_stores();
+                            let tag = format!("{tag}-{c}");
+                            let cell = store_only(&stores, c, &tag, run_for, one_read).await;
+                            row("postgres", what, c, &cell);
+                        }
+                        Err(e) => println!("postgres: cannot connect: {e}"),
                     }
-                    Err(e) => println!("postgres: cannot connect: {e}"),
                 }
             }
         }
     }
     println!(
         "\n'gate ms' is the mean crisis_gate_ms diagnostic; 'store only' is the lock + load + \
-session + commit calls of one turn without the pipeline."
+session + commit calls of one turn without the pipeline; 'store 1-read' the same with \
+Stores::load_turn in place of load + session status + get."
     );
 }
 

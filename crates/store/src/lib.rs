@@ -16,7 +16,8 @@
 //! constructors (`migrate()`); no request path issues DDL.
 //!
 //! Turn protocol for the runtime: take [`Stores::lock_thread`], then
-//! [`ThreadStore::load`], run the turn, then [`ThreadStore::commit_turn`]
+//! [`ThreadStore::load`] (or [`Stores::load_turn`], which also reads the
+//! session row), run the turn, then [`ThreadStore::commit_turn`]
 //! (one transaction: transcript rows + snapshot + session row), then drop or
 //! release the guard.
 
@@ -47,8 +48,8 @@ pub use records::{
     ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath,
     SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TraceRuntimeMode,
-    TranscriptEntry, TurnCommit, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
-    thread_owner,
+    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization, VoiceFinalizationState,
+    opaque_session_id, thread_owner,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
@@ -147,6 +148,25 @@ impl Stores {
     /// Exclusive use of `thread_id` for one turn (see [`ThreadLocks`]).
     pub async fn lock_thread(&self, thread_id: &str) -> StoreResult<ThreadGuard> {
         self.locks.lock_thread(thread_id).await
+    }
+
+    /// What a turn reads before it runs: `threads.load(thread_id, recent)`
+    /// and `sessions.get(thread_id)`, in one read when the thread and
+    /// session stores are the same backend object and it answers
+    /// [`ThreadStore::load_with_session`] (one round trip on SQL backends
+    /// instead of two), otherwise through the two calls.
+    pub async fn load_turn(&self, thread_id: &str, recent: usize) -> StoreResult<TurnLoad> {
+        let one_backend =
+            std::ptr::addr_eq(Arc::as_ptr(&self.threads), Arc::as_ptr(&self.sessions));
+        if one_backend
+            && let Some(loaded) = self.threads.load_with_session(thread_id, recent).await?
+        {
+            return Ok(loaded);
+        }
+        Ok(TurnLoad {
+            snapshot: self.threads.load(thread_id, recent).await?,
+            session: self.sessions.get(thread_id).await?,
+        })
     }
 }
 

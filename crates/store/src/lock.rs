@@ -11,9 +11,19 @@
 //!   `pg_try_advisory_lock` with a short backoff, so cancelling the waiting
 //!   future (e.g. a timeout) never leaves a half-acquired lock behind.
 //!
+//! While a thread guard is held, the PostgreSQL store runs that thread's
+//! turn queries (load, session row, one-statement commit) on the guard's
+//! connection instead of a pooled one of its own (see [`HeldConns`]): one
+//! connection per turn instead of one per store call, and no pool
+//! hand-over (with sqlx's ping on every returned connection) in between.
+//!
 //! Release: [`ThreadGuard::release`] unlocks and returns the connection;
 //! dropping the guard unlocks on a spawned task, and without a runtime the
 //! connection is closed, which ends the server session and frees the lock.
+//! Either way the in-process mutex is released only after the advisory
+//! unlock, so the next turn on the thread in this process waits on the
+//! mutex (woken at once) and finds the advisory lock free, instead of
+//! polling it while the unlock is still in flight.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -34,12 +44,55 @@ pub const SWEEPER_LOCK: &str = "opencouch:session-sweeper";
 
 type LocalMap = Arc<StdMutex<HashMap<String, Weak<Mutex<()>>>>>;
 
+/// The connection a held thread lock pins; `None` once the lock is being
+/// released. Lent to the store's queries on that thread (see [`HeldConns`]).
+pub(crate) type HeldConn = Arc<Mutex<Option<PoolConnection<Postgres>>>>;
+
+/// The connections this process's held thread locks pin, by thread id,
+/// shared between a [`ThreadLocks`] and the PostgreSQL store it was made
+/// for. The store runs a query on a thread whose lock is held here on the
+/// lock's connection (one statement at a time, through the mutex), so a
+/// turn needs one connection, not one per store call. An entry is added
+/// when the advisory lock is granted and removed before it is released.
+#[derive(Clone, Default)]
+pub(crate) struct HeldConns(Arc<StdMutex<HashMap<String, HeldConn>>>);
+
+impl HeldConns {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, HeldConn>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The connection holding `thread_id`'s lock, if this process holds it.
+    pub(crate) fn get(&self, thread_id: &str) -> Option<HeldConn> {
+        self.map().get(thread_id).cloned()
+    }
+
+    fn insert(&self, thread_id: &str, conn: HeldConn) {
+        self.map().insert(thread_id.to_owned(), conn);
+    }
+
+    fn remove(&self, thread_id: &str) {
+        self.map().remove(thread_id);
+    }
+}
+
+impl std::fmt::Debug for HeldConns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldConns")
+            .field("held", &self.map().len())
+            .finish()
+    }
+}
+
 /// Hands out per-thread guards (and global named guards).
 #[derive(Clone, Default)]
 pub struct ThreadLocks {
     threads: LocalMap,
     globals: LocalMap,
     pg: Option<PgPool>,
+    held: HeldConns,
 }
 
 impl std::fmt::Debug for ThreadLocks {
@@ -74,8 +127,15 @@ impl ThreadLocks {
     /// of `lock_pool` (keep it separate from the query pool, so waiting
     /// turns cannot starve commits).
     pub fn with_postgres(lock_pool: PgPool) -> Self {
+        Self::with_postgres_sharing(lock_pool, HeldConns::default())
+    }
+
+    /// [`Self::with_postgres`], publishing each held thread lock's
+    /// connection in `held` (the store's).
+    pub(crate) fn with_postgres_sharing(lock_pool: PgPool, held: HeldConns) -> Self {
         ThreadLocks {
             pg: Some(lock_pool),
+            held,
             ..Self::default()
         }
     }
@@ -91,7 +151,7 @@ impl ThreadLocks {
         let pg = match &self.pg {
             None => None,
             Some(pool) => Some(
-                acquire_pg(pool, THREAD_NAMESPACE, thread_id, true)
+                acquire_pg(pool, THREAD_NAMESPACE, thread_id, true, Some(&self.held))
                     .await?
                     .ok_or_else(|| {
                         crate::error::StoreError::Invalid(
@@ -100,7 +160,10 @@ impl ThreadLocks {
                     })?,
             ),
         };
-        Ok(ThreadGuard { _local: local, pg })
+        Ok(ThreadGuard {
+            local: Some(local),
+            pg,
+        })
     }
 
     /// Tries once to take the global lock `name` (e.g. [`SWEEPER_LOCK`]);
@@ -111,12 +174,15 @@ impl ThreadLocks {
         };
         let pg = match &self.pg {
             None => None,
-            Some(pool) => match acquire_pg(pool, GLOBAL_NAMESPACE, name, false).await? {
+            Some(pool) => match acquire_pg(pool, GLOBAL_NAMESPACE, name, false, None).await? {
                 Some(held) => Some(held),
                 None => return Ok(None),
             },
         };
-        Ok(Some(ThreadGuard { _local: local, pg }))
+        Ok(Some(ThreadGuard {
+            local: Some(local),
+            pg,
+        }))
     }
 }
 
@@ -125,6 +191,7 @@ async fn acquire_pg(
     namespace: i32,
     key: &str,
     wait: bool,
+    share: Option<&HeldConns>,
 ) -> StoreResult<Option<PgHeld>> {
     // If this future is cancelled while a lock query is in flight, the
     // server may grant the lock to a connection nobody holds any more: the
@@ -142,10 +209,15 @@ async fn acquire_pg(
             .fetch_one(&mut **conn)
             .await?;
         if got {
+            let conn: HeldConn = Arc::new(Mutex::new(pending.0.take()));
+            if let Some(share) = share {
+                share.insert(key, conn.clone());
+            }
             return Ok(Some(PgHeld {
-                conn: pending.0.take(),
+                conn: Some(conn),
                 namespace,
                 key: key.to_owned(),
+                shared: share.cloned(),
             }));
         }
         if !wait {
@@ -170,16 +242,36 @@ impl Drop for Pending {
 }
 
 struct PgHeld {
-    conn: Option<PoolConnection<Postgres>>,
+    /// `None` once released.
+    conn: Option<HeldConn>,
     namespace: i32,
     key: String,
+    /// Where `conn` is published (thread locks only).
+    shared: Option<HeldConns>,
 }
 
 const UNLOCK_SQL: &str = "SELECT pg_advisory_unlock($1, hashtext($2))";
 
+/// How long a background unlock may take before its connection is closed
+/// instead (closing ends the server session, which frees the lock).
+const UNLOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl PgHeld {
+    /// Stops lending the connection and takes it back (waiting for a
+    /// statement in flight on it); `None` when already released.
+    fn withdraw(&mut self) -> Option<HeldConn> {
+        if let Some(shared) = &self.shared {
+            shared.remove(&self.key);
+        }
+        self.conn.take()
+    }
+
     async fn release(mut self) -> StoreResult<()> {
-        if let Some(mut conn) = self.conn.take() {
+        let Some(slot) = self.withdraw() else {
+            return Ok(());
+        };
+        let taken = slot.lock().await.take();
+        if let Some(mut conn) = taken {
             let res = sqlx::query(UNLOCK_SQL)
                 .bind(self.namespace)
                 .bind(&self.key)
@@ -193,11 +285,12 @@ impl PgHeld {
         }
         Ok(())
     }
-}
 
-impl Drop for PgHeld {
-    fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
+    /// Unlocks on a spawned task, then drops `local` (the in-process mutex
+    /// guard of the same lock, if any). Without a runtime the connection is
+    /// closed, which frees the lock, and `local` is dropped at once.
+    fn release_in_background(&mut self, local: Option<OwnedMutexGuard<()>>) {
+        let Some(slot) = self.withdraw() else {
             return;
         };
         let namespace = self.namespace;
@@ -205,30 +298,48 @@ impl Drop for PgHeld {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    if sqlx::query(UNLOCK_SQL)
-                        .bind(namespace)
-                        .bind(&key)
-                        .execute(&mut *conn)
-                        .await
-                        .is_err()
-                    {
-                        tracing::warn!("advisory unlock failed; closing the lock connection");
-                        conn.close_on_drop();
+                    let taken = slot.lock().await.take();
+                    if let Some(mut conn) = taken {
+                        let unlock = sqlx::query(UNLOCK_SQL)
+                            .bind(namespace)
+                            .bind(&key)
+                            .execute(&mut *conn);
+                        if !matches!(
+                            tokio::time::timeout(UNLOCK_TIMEOUT, unlock).await,
+                            Ok(Ok(_))
+                        ) {
+                            tracing::warn!("advisory unlock failed; closing the lock connection");
+                            conn.close_on_drop();
+                        }
                     }
+                    drop(local);
                 });
             }
-            Err(_) => drop(conn.detach()),
+            Err(_) => {
+                // No statement can be in flight without a runtime.
+                if let Ok(mut taken) = slot.try_lock()
+                    && let Some(conn) = taken.take()
+                {
+                    drop(conn.detach());
+                }
+            }
         }
+    }
+}
+
+impl Drop for PgHeld {
+    fn drop(&mut self) {
+        self.release_in_background(None);
     }
 }
 
 /// Exclusive use of one thread (or one global name) until dropped or
 /// [`released`](ThreadGuard::release).
 pub struct ThreadGuard {
-    // Field order matters: the advisory lock is released before the local
-    // mutex, so a local waiter never races a still-held server lock for long.
+    // Released in this order: the advisory lock first, then the local
+    // mutex, so a local waiter never races a still-held server lock.
     pg: Option<PgHeld>,
-    _local: OwnedMutexGuard<()>,
+    local: Option<OwnedMutexGuard<()>>,
 }
 
 impl std::fmt::Debug for ThreadGuard {
@@ -251,6 +362,17 @@ impl ThreadGuard {
             pg.release().await?;
         }
         Ok(())
+    }
+}
+
+impl Drop for ThreadGuard {
+    fn drop(&mut self) {
+        let local = self.local.take();
+        match self.pg.take() {
+            // The local mutex travels with the unlock and is released after it.
+            Some(mut pg) => pg.release_in_background(local),
+            None => drop(local),
+        }
     }
 }
 

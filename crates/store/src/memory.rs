@@ -11,7 +11,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::records::{
     CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
     SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, VoiceFinalization, thread_owner,
+    TurnCommit, TurnLoad, VoiceFinalization, thread_owner,
 };
 use crate::session::ActiveSession;
 use crate::traits::{
@@ -84,20 +84,32 @@ fn entries(transcript: &[opencouch_core::Message], start: usize) -> Vec<Transcri
         .collect()
 }
 
+/// The thread's snapshot and last `recent` entries (see [`ThreadStore::load`]).
+fn snapshot(inner: &Inner, thread_id: &str, recent: usize) -> Option<ThreadSnapshot> {
+    let data = inner.threads.get(thread_id)?;
+    let (state, _) = data.state.as_ref()?;
+    let start = data.transcript.len().saturating_sub(recent);
+    Some(ThreadSnapshot {
+        state: state.clone(),
+        recent: entries(&data.transcript, start),
+    })
+}
+
 #[async_trait]
 impl ThreadStore for MemoryBackend {
     async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
+        Ok(snapshot(&self.lock(), thread_id, recent))
+    }
+
+    async fn load_with_session(
+        &self,
+        thread_id: &str,
+        recent: usize,
+    ) -> StoreResult<Option<TurnLoad>> {
         let inner = self.lock();
-        let Some(data) = inner.threads.get(thread_id) else {
-            return Ok(None);
-        };
-        let Some((state, _)) = &data.state else {
-            return Ok(None);
-        };
-        let start = data.transcript.len().saturating_sub(recent);
-        Ok(Some(ThreadSnapshot {
-            state: state.clone(),
-            recent: entries(&data.transcript, start),
+        Ok(Some(TurnLoad {
+            snapshot: snapshot(&inner, thread_id, recent),
+            session: inner.sessions.get(thread_id).cloned(),
         }))
     }
 

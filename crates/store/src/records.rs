@@ -388,6 +388,17 @@ pub struct ThreadSnapshot {
     pub recent: Vec<TranscriptEntry>,
 }
 
+/// What [`crate::Stores::load_turn`] returns: a thread's snapshot with its
+/// recent window (as [`crate::ThreadStore::load`]) and its active-session
+/// row (as [`crate::SessionStore::get`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnLoad {
+    /// The snapshot and window, `None` for an unknown thread.
+    pub snapshot: Option<ThreadSnapshot>,
+    /// The active-session row, if any.
+    pub session: Option<ActiveSession>,
+}
+
 /// How a turn commit changes the active-session row.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum SessionWrite {

@@ -92,8 +92,12 @@ impl SqliteStores {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
+        // No health check on acquire: a connection to a local file does not
+        // go stale, and sqlx's default ping costs a hop to the connection's
+        // worker thread on every query.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         let stores = SqliteStores { pool };

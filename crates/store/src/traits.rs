@@ -8,7 +8,7 @@ use crate::error::StoreResult;
 use crate::records::{
     ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
     MemoryRecord, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, VoiceFinalization,
+    TurnCommit, TurnLoad, VoiceFinalization,
 };
 use crate::session::{ActiveSession, SessionStatus, session_status};
 
@@ -22,6 +22,19 @@ pub trait ThreadStore: Send + Sync {
     /// The snapshot and the last `recent` transcript entries (oldest first),
     /// or `None` for an unknown thread.
     async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>>;
+
+    /// [`Self::load`] together with the thread's active-session row (what
+    /// [`SessionStore::get`] on the same backend returns), read at once;
+    /// `None` when this store does not answer for session rows (the
+    /// default), and [`crate::Stores::load_turn`] then makes the two calls.
+    async fn load_with_session(
+        &self,
+        thread_id: &str,
+        recent: usize,
+    ) -> StoreResult<Option<TurnLoad>> {
+        let _ = (thread_id, recent);
+        Ok(None)
+    }
 
     /// Atomically appends `commit.append` as transcript rows (indexes
     /// continue from the current end), upserts the snapshot (with

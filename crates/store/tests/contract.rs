@@ -18,8 +18,8 @@ use opencouch_store::{
     ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
     ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
-    ThreadCursor, TraceRuntimeMode, TurnCommit, VoiceFinalization, VoiceFinalizationState,
-    opaque_session_id,
+    ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
+    VoiceFinalizationState, opaque_session_id,
 };
 use serde_json::json;
 
@@ -897,6 +897,181 @@ async fn concurrent_turns_serialize(s: &Stores) {
     sweeper.release().await.expect("release");
 }
 
+/// `Stores::load_turn` answers exactly what `threads.load` and
+/// `sessions.get` answer, whichever of snapshot and session row exist.
+async fn load_turn_matches_separate_reads(s: &Stores) {
+    async fn same(s: &Stores, thread: &str, recent: usize) -> TurnLoad {
+        let both = s.load_turn(thread, recent).await.expect("load_turn");
+        assert_eq!(
+            both.snapshot,
+            s.threads.load(thread, recent).await.expect("load"),
+            "{thread}/{recent}"
+        );
+        assert_eq!(
+            both.session,
+            s.sessions.get(thread).await.expect("get"),
+            "{thread}/{recent}"
+        );
+        both
+    }
+    // Nothing at all.
+    let none = same(s, "lt-none", 5).await;
+    assert!(none.snapshot.is_none() && none.session.is_none());
+    // A session row without a snapshot.
+    let mut row = ActiveSession::start("lt-orphan", t0(), 3);
+    row.session_buffer = json!({"held_semantic": [{"id": "c1"}]});
+    row.max_crisis_level = 2;
+    row.finalize_required_reason = Some(REASON_INTERRUPTED.to_owned());
+    s.sessions.put(&row).await.expect("put");
+    let orphan = same(s, "lt-orphan", 5).await;
+    assert_eq!(orphan.session, Some(row));
+    assert!(orphan.snapshot.is_none());
+    // A snapshot without a session row, then with one.
+    let mut state = ThreadState::new("lt", Channel::Web);
+    for i in 0..3 {
+        let out = s
+            .threads
+            .commit_turn(turn(&state, &format!("u{i}"), &format!("a{i}"), t0()))
+            .await
+            .expect("commit");
+        state = s
+            .threads
+            .load("lt", 0)
+            .await
+            .expect("load")
+            .expect("exists")
+            .state;
+        assert_eq!(out.message_count, state.message_count);
+    }
+    for recent in [0, 1, 4, 6, 100] {
+        let got = same(s, "lt", recent).await;
+        assert!(got.session.is_none());
+        let snap = got.snapshot.expect("snapshot");
+        assert_eq!(snap.recent.len(), recent.min(6));
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, (6 - recent.min(6) as u64..6).collect::<Vec<_>>());
+    }
+    let mut c = turn(&state, "u3", "a3", t0() + Duration::seconds(1));
+    let mut row = ActiveSession::start("lt", t0(), 6);
+    row.last_active_at = Some(t0() + Duration::seconds(1));
+    row.rotate_after_this_turn = true;
+    c.session = SessionWrite::Upsert(row.clone());
+    s.threads.commit_turn(c).await.expect("commit");
+    let got = same(s, "lt", 3).await;
+    assert_eq!(got.session, Some(row));
+    assert_eq!(got.snapshot.expect("snapshot").state.message_count, 8);
+}
+
+/// `commit_turn` appends at the transcript's actual end whatever
+/// `message_count` the committed state carries (behind, right or ahead),
+/// with every kind of session write.
+async fn commit_continues_at_the_transcript_end(s: &Stores) {
+    let fresh = ThreadState::new("end", Channel::Web);
+    let mut c = turn(&fresh, "u0", "a0", t0());
+    c.session = SessionWrite::Upsert(ActiveSession::start("end", t0(), 0));
+    let out = s.threads.commit_turn(c).await.expect("commit");
+    assert_eq!((out.first_index, out.message_count), (0, 2));
+    for (i, (claimed, session)) in [
+        // Right (the transcript ends at 2, 4, 6 before these commits) …
+        (2, SessionWrite::Keep),
+        (
+            4,
+            SessionWrite::Upsert(ActiveSession::start("end", t0(), 4)),
+        ),
+        (6, SessionWrite::Clear),
+        // … behind, ahead, behind.
+        (0, SessionWrite::Keep),
+        (
+            40,
+            SessionWrite::Upsert(ActiveSession::start("end", t0(), 10)),
+        ),
+        (3, SessionWrite::Clear),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut state = fresh.clone();
+        state.message_count = claimed;
+        state.turn_count = i as u64 + 1;
+        let mut c = turn(&state, &format!("u{}", i + 1), "a", t0());
+        c.session = session.clone();
+        let out = s.threads.commit_turn(c).await.expect("commit");
+        let end = 2 * (i as u64 + 1);
+        assert_eq!((out.first_index, out.message_count), (end, end + 2), "{i}");
+        let snap = s
+            .threads
+            .load("end", 2)
+            .await
+            .expect("load")
+            .expect("exists");
+        assert_eq!(snap.state.message_count, end + 2, "{i}");
+        assert_eq!(snap.state.turn_count, i as u64 + 2, "{i}");
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![end, end + 1], "{i}");
+        assert_eq!(snap.recent[0].message.content, format!("u{}", i + 1));
+        let row = s.sessions.get("end").await.expect("get");
+        match session {
+            SessionWrite::Keep => {}
+            SessionWrite::Upsert(expected) => assert_eq!(row, Some(expected), "{i}"),
+            SessionWrite::Clear => assert!(row.is_none(), "{i}"),
+        }
+    }
+    // An empty append only rewrites the snapshot.
+    let snap = s
+        .threads
+        .load("end", 0)
+        .await
+        .expect("load")
+        .expect("exists");
+    let mut c = turn(&snap.state, "", "", t0());
+    c.append.clear();
+    let out = s.threads.commit_turn(c).await.expect("commit");
+    assert_eq!((out.first_index, out.message_count), (14, 14));
+    let history = s.threads.history("end", 100, None).await.expect("history");
+    let idx: Vec<u64> = history.iter().map(|e| e.index).collect();
+    assert_eq!(idx, (0..14).collect::<Vec<_>>(), "no gaps, no duplicates");
+}
+
+/// Turns that drop their guard (the runtime's way) instead of releasing it
+/// still serialize, and the next turn on the thread gets the lock promptly.
+async fn dropped_guards_serialize(s: &Stores) {
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..5 {
+                let guard = s.lock_thread("dropped").await.expect("lock");
+                let state = match s.threads.load("dropped", 4).await.expect("load") {
+                    Some(snap) => snap.state,
+                    None => ThreadState::new("dropped", Channel::Web),
+                };
+                s.threads
+                    .commit_turn(turn(&state, &format!("u{i}-{j}"), "a", t0()))
+                    .await
+                    .expect("commit");
+                drop(guard);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let snap = s
+        .threads
+        .load("dropped", 0)
+        .await
+        .expect("load")
+        .expect("exists");
+    assert_eq!(snap.state.turn_count, 20, "no lost turn");
+    assert_eq!(snap.state.message_count, 40);
+    assert!(
+        started.elapsed() < StdDuration::from_secs(20),
+        "twenty turns took {:?}",
+        started.elapsed()
+    );
+}
+
 fn api_user(name: &str, hash_digit: char, at: DateTime<Utc>) -> ApiUser {
     ApiUser {
         name: name.to_owned(),
@@ -1074,6 +1249,9 @@ contract!(
     feedback_and_voice,
     concurrent_turns_serialize,
     api_users,
+    load_turn_matches_separate_reads,
+    commit_continues_at_the_transcript_end,
+    dropped_guards_serialize,
 );
 
 /// A representative first read/append after start-up.
@@ -1286,6 +1464,91 @@ async fn postgres_thread_lock_spans_processes() {
     assert_eq!((snap.state.turn_count, snap.state.message_count), (6, 12));
     p1.close().await;
     p2.close().await;
+}
+
+/// The SQL backends read the snapshot and its window in one statement,
+/// cutting the window at the `message_count` column; the window must still
+/// follow the snapshot's own count should the column disagree with it.
+async fn window_follows_the_snapshot_count<F, Fut>(s: &Stores, set_column: F)
+where
+    F: Fn(i64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut state = ThreadState::new("count", Channel::Web);
+    for i in 0..2 {
+        s.threads
+            .commit_turn(turn(&state, &format!("u{i}"), "a", t0()))
+            .await
+            .expect("commit");
+        state = s
+            .threads
+            .load("count", 0)
+            .await
+            .expect("load")
+            .expect("exists")
+            .state;
+    }
+    for column in [4, 1, 100] {
+        set_column(column).await;
+        let snap = s
+            .threads
+            .load("count", 10)
+            .await
+            .expect("load")
+            .expect("exists");
+        let idx: Vec<u64> = snap.recent.iter().map(|e| e.index).collect();
+        assert_eq!(idx, vec![0, 1, 2, 3], "column {column}");
+        let both = s.load_turn("count", 3).await.expect("load_turn");
+        let idx: Vec<u64> = both
+            .snapshot
+            .expect("exists")
+            .recent
+            .iter()
+            .map(|e| e.index)
+            .collect();
+        assert_eq!(idx, vec![1, 2, 3], "column {column}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_window_follows_the_snapshot_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = SqliteStores::open(dir.path().join("count.db"))
+        .await
+        .expect("open");
+    let pool = backend.pool().clone();
+    window_follows_the_snapshot_count(&backend.into_stores(), |n| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE thread_state SET message_count = $1")
+                .bind(n)
+                .execute(&pool)
+                .await
+                .expect("update");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_window_follows_the_snapshot_count() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let pg = PgStores::connect(db.url()).await.expect("connect");
+    let pool = pg.pool().clone();
+    window_follows_the_snapshot_count(&pg.clone().into_stores(), |n| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE thread_state SET message_count = $1")
+                .bind(n)
+                .execute(&pool)
+                .await
+                .expect("update");
+        }
+    })
+    .await;
+    pg.close().await;
 }
 
 /// Incognito accepts only `EphemeralStores`, which is in-memory by

@@ -19,6 +19,7 @@ pub(crate) mod threads;
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -26,9 +27,12 @@ use opencouch_core::{Message, ThreadState};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool, Transaction};
+use tokio::sync::OwnedMappedMutexGuard;
 
 use crate::error::{StoreError, StoreResult};
+use crate::records::SessionWrite;
 
 /// A backend's connection type (what a pooled connection or a transaction
 /// dereferences to).
@@ -65,6 +69,17 @@ pub trait SqlBackend: Send + Sync + 'static {
     /// The query pool.
     fn pool(&self) -> &Pool<Self::DB>;
 
+    /// A connection for a query on `thread_id` during its turn: the one
+    /// pinned by the thread's lock when this process holds it and the
+    /// dialect lends it (PostgreSQL), else a pooled one (the default).
+    fn turn_conn(
+        &self,
+        thread_id: &str,
+    ) -> impl Future<Output = StoreResult<TurnConn<Self::DB>>> + Send {
+        let _ = thread_id;
+        async move { Ok(TurnConn::Pooled(self.pool().acquire().await?)) }
+    }
+
     /// Runs `stmt` on `conn`; the number of rows it changed.
     fn execute_in<'c>(
         conn: &'c mut Conn<Self>,
@@ -94,8 +109,8 @@ pub trait SqlBackend: Send + Sync + 'static {
     }
 
     /// Appends `messages` to `thread_id`'s transcript at indexes `first`,
-    /// `first + 1`, …: one statement per entry unless the dialect has a
-    /// bulk form (PostgreSQL overrides this).
+    /// `first + 1`, …: one multi-row `INSERT` per [`INSERT_ROWS`] entries
+    /// unless the dialect has a bulk form (PostgreSQL overrides this).
     fn insert_transcript<'c>(
         conn: &'c mut Conn<Self>,
         thread_id: &'c str,
@@ -103,22 +118,61 @@ pub trait SqlBackend: Send + Sync + 'static {
         messages: &'c [Message],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'c {
         async move {
-            for (offset, m) in messages.iter().enumerate() {
-                let stmt = Stmt::new(
+            for (chunk_no, chunk) in messages.chunks(INSERT_ROWS).enumerate() {
+                let rows: Vec<String> = (0..chunk.len())
+                    .map(|r| {
+                        let p = 1 + 7 * r;
+                        format!(
+                            "($1, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                            p + 1,
+                            p + 2,
+                            p + 3,
+                            p + 4,
+                            p + 5,
+                            p + 6,
+                            p + 7
+                        )
+                    })
+                    .collect();
+                let mut stmt = Stmt::new(format!(
                     "INSERT INTO transcript (thread_id, idx, role, content, route, response_style, \
-                     crisis_level, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(thread_id)
-                .bind(first + offset as i64)
-                .bind(m.role.as_str())
-                .bind(m.content.as_str())
-                .bind(m.route.map(|r| r.as_str()))
-                .bind(m.response_style.map(|r| r.as_str()))
-                .bind(Arg::Level(m.crisis_level))
-                .bind(m.at);
+                     crisis_level, at) VALUES {}",
+                    rows.join(", ")
+                ))
+                .bind(thread_id);
+                let base = first + (chunk_no * INSERT_ROWS) as i64;
+                for (offset, m) in chunk.iter().enumerate() {
+                    stmt = stmt
+                        .bind(base + offset as i64)
+                        .bind(m.role.as_str())
+                        .bind(m.content.as_str())
+                        .bind(m.route.map(|r| r.as_str()))
+                        .bind(m.response_style.map(|r| r.as_str()))
+                        .bind(Arg::Level(m.crisis_level))
+                        .bind(m.at);
+                }
                 Self::execute_in(&mut *conn, stmt).await?;
             }
             Ok(())
+        }
+    }
+
+    /// Whether [`Self::commit_at_end`] can commit (the default cannot).
+    const COMMIT_AT_END: bool = false;
+
+    /// Commits a turn in one statement (one round trip, no explicit
+    /// transaction) if `thread_id`'s transcript currently ends at index
+    /// `first`: appends the entries from there, upserts the snapshot and
+    /// applies the session write, all or nothing. Returns whether it did;
+    /// when the transcript ends elsewhere it writes nothing and returns
+    /// `false`, and so does the default (dialects without such a form).
+    fn commit_at_end<'a>(
+        &'a self,
+        commit: AtEnd<'a>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send + 'a {
+        async move {
+            let _ = commit;
+            Ok(false)
         }
     }
 
@@ -171,6 +225,60 @@ pub trait SqlBackend: Send + Sync + 'static {
                 .ok_or(StoreError::Database(sqlx::Error::RowNotFound))
         }
     }
+}
+
+/// A connection from [`SqlBackend::turn_conn`].
+pub enum TurnConn<DB: Database> {
+    /// Taken from the query pool; returned on drop.
+    Pooled(PoolConnection<DB>),
+    /// Lent by the thread's held lock, exclusively until dropped.
+    Held(OwnedMappedMutexGuard<Option<PoolConnection<DB>>, PoolConnection<DB>>),
+}
+
+impl<DB: Database> Deref for TurnConn<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        match self {
+            TurnConn::Pooled(conn) => conn,
+            TurnConn::Held(conn) => conn,
+        }
+    }
+}
+
+impl<DB: Database> DerefMut for TurnConn<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        match self {
+            TurnConn::Pooled(conn) => conn,
+            TurnConn::Held(conn) => conn,
+        }
+    }
+}
+
+/// Transcript rows per `INSERT` of the default [`SqlBackend::insert_transcript`]
+/// (8 parameters a row, well under SQLite's limit of 32,766).
+pub(crate) const INSERT_ROWS: usize = 100;
+
+/// A turn commit for [`SqlBackend::commit_at_end`], its values already
+/// checked and converted.
+#[derive(Debug, Clone, Copy)]
+pub struct AtEnd<'a> {
+    /// The thread.
+    pub thread_id: &'a str,
+    /// Index of the first appended entry: where the transcript must end.
+    pub first: i64,
+    /// The entries to append.
+    pub append: &'a [Message],
+    /// The snapshot's `updated_at`.
+    pub at: DateTime<Utc>,
+    /// The snapshot's turn count.
+    pub turn_count: i64,
+    /// The transcript length after the commit (`first + append.len()`).
+    pub message_count: i64,
+    /// The encoded snapshot (its `message_count` already set).
+    pub snapshot: &'a Value,
+    /// What happens to the active-session row.
+    pub session: &'a SessionWrite,
 }
 
 /// One value bound to a statement, by what it means; the backend picks the

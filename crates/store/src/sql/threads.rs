@@ -2,21 +2,165 @@
 //! implementations for every [`SqlBackend`] (snapshots, transcript rows,
 //! thread listing, active-session rows).
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 use opencouch_core::{Message, ResponseStyle, Role, Route};
 use serde_json::Value;
 
-use super::{Arg, Conn, SqlBackend, SqlRow, Stmt, opt_enum, parse_enum, to_i64, to_limit, to_u64};
+use super::{
+    Arg, AtEnd, Conn, SqlBackend, SqlRow, Stmt, opt_enum, parse_enum, to_i64, to_limit, to_u64,
+};
 use crate::codec::encode_state;
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
     CommitOutcome, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
-    TranscriptEntry, TurnCommit,
+    TranscriptEntry, TurnCommit, TurnLoad,
 };
 use crate::session::{ActiveSession, REASON_UNREADABLE_PAYLOAD};
 use crate::traits::{SessionStore, ThreadStore};
 
 const TRANSCRIPT_COLUMNS: &str = "idx, role, content, route, response_style, crisis_level, at";
+
+/// The columns of [`load_sql`]'s three row kinds, each with the type a
+/// `NULL` standing in for it in the other kinds' rows is cast to
+/// (PostgreSQL resolves a `UNION`'s column types pairwise, so two untyped
+/// `NULL`s would become `text`; SQLite ignores the cast of a `NULL`).
+const SNAPSHOT_PART: [(&str, &str); 2] = [("value", "JSONB"), ("message_count", "BIGINT")];
+const SESSION_PART: [(&str, &str); 8] = [
+    ("thread_id", "TEXT"),
+    ("started_at", "TIMESTAMPTZ"),
+    ("last_active_at", "TIMESTAMPTZ"),
+    ("transcript_start_index", "BIGINT"),
+    ("max_crisis_level", "SMALLINT"),
+    ("session_buffer", "JSONB"),
+    ("rotate_after_this_turn", "BOOLEAN"),
+    ("finalize_required_reason", "TEXT"),
+];
+const WINDOW_PART: [(&str, &str); 7] = [
+    ("idx", "BIGINT"),
+    ("role", "TEXT"),
+    ("content", "TEXT"),
+    ("route", "TEXT"),
+    ("response_style", "TEXT"),
+    ("crisis_level", "SMALLINT"),
+    ("at", "TIMESTAMPTZ"),
+];
+
+/// Row kinds of [`load_sql`] (its `part` column).
+const PART_SNAPSHOT: i64 = 0;
+const PART_SESSION: i64 = 1;
+const PART_WINDOW: i64 = 2;
+
+/// `load` in one statement (one round trip instead of two, or three with
+/// the session row): parameters are the thread id and the window size. It
+/// returns the snapshot row (`part` 0: `value` and the `message_count`
+/// column), the active-session row when `with_session` (`part` 1), and the
+/// last transcript rows below the snapshot's `message_count` (`part` 2, in
+/// no particular order). One statement reads one consistent state, so the
+/// window always matches the snapshot.
+pub(crate) fn load_sql(with_session: bool) -> String {
+    let mut parts: Vec<(i64, &[(&str, &str)])> = vec![(PART_SNAPSHOT, &SNAPSHOT_PART)];
+    if with_session {
+        parts.push((PART_SESSION, &SESSION_PART));
+    }
+    parts.push((PART_WINDOW, &WINDOW_PART));
+    let select = |part: i64| {
+        let mut cols = vec![format!("CAST({part} AS BIGINT) AS part")];
+        for (kind, columns) in &parts {
+            for (name, ty) in columns.iter() {
+                cols.push(if *kind == part {
+                    (*name).to_owned()
+                } else {
+                    format!("CAST(NULL AS {ty}) AS {name}")
+                });
+            }
+        }
+        format!("SELECT {}", cols.join(", "))
+    };
+    let mut sql = format!(
+        "{} FROM thread_state WHERE thread_id = $1",
+        select(PART_SNAPSHOT)
+    );
+    if with_session {
+        sql.push_str(&format!(
+            " UNION ALL {} FROM active_sessions WHERE thread_id = $1",
+            select(PART_SESSION)
+        ));
+    }
+    sql.push_str(&format!(
+        " UNION ALL SELECT * FROM ({} FROM transcript WHERE thread_id = $1 AND idx < \
+         (SELECT message_count FROM thread_state WHERE thread_id = $1) ORDER BY idx DESC LIMIT $2) AS w",
+        select(PART_WINDOW)
+    ));
+    sql
+}
+
+/// Runs [`load_sql`] and decodes its rows: the snapshot with its window (as
+/// `load` returns it) and, when `with_session`, the active-session row.
+async fn load_in_one<B: SqlBackend>(
+    backend: &B,
+    thread_id: &str,
+    recent: usize,
+    with_session: bool,
+) -> StoreResult<TurnLoad> {
+    let mut conn = backend.turn_conn(thread_id).await?;
+    static LOAD_SQL: LazyLock<[String; 2]> = LazyLock::new(|| [load_sql(false), load_sql(true)]);
+    let stmt = Stmt::new(LOAD_SQL[usize::from(with_session)].as_str())
+        .bind(thread_id)
+        .bind(to_limit(recent));
+    let rows = B::fetch_all_in(&mut conn, stmt).await?;
+    let (mut snapshot, mut session, mut window) = (None, None, Vec::new());
+    for row in rows {
+        match row.int("part")? {
+            PART_SNAPSHOT => snapshot = Some(row),
+            PART_SESSION => session = Some(row),
+            _ => window.push(row),
+        }
+    }
+    // Decoded in `load`'s order (snapshot, then window), then the session.
+    let snapshot = match snapshot {
+        None => None,
+        Some(row) => {
+            let state = row.state("value")?;
+            let count = to_i64(state.message_count)?;
+            // The window was cut at the `message_count` column, which
+            // `commit_turn` keeps equal to the snapshot's own count; should
+            // they differ, the window is read again at the snapshot's count
+            // (what `load` promises).
+            let recent = if row.int("message_count")? == count {
+                let mut recent = window
+                    .iter()
+                    .map(transcript_entry)
+                    .collect::<StoreResult<Vec<_>>>()?;
+                recent.sort_by_key(|e| e.index);
+                recent
+            } else {
+                window_below::<B>(&mut conn, thread_id, recent, count).await?
+            };
+            Some(ThreadSnapshot { state, recent })
+        }
+    };
+    let session = session.as_ref().map(session_from_row).transpose()?;
+    Ok(TurnLoad { snapshot, session })
+}
+
+/// The last `recent` transcript rows below index `end`, oldest first.
+async fn window_below<B: SqlBackend>(
+    conn: &mut Conn<B>,
+    thread_id: &str,
+    recent: usize,
+    end: i64,
+) -> StoreResult<Vec<TranscriptEntry>> {
+    let stmt = Stmt::new(format!(
+        "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $3 \
+         ORDER BY idx DESC LIMIT $2"
+    ))
+    .bind(thread_id)
+    .bind(to_limit(recent))
+    .bind(end);
+    oldest_first(B::fetch_all_in(conn, stmt).await?)
+}
 
 fn transcript_entry(row: &impl SqlRow) -> StoreResult<TranscriptEntry> {
     const T: &str = "transcript";
@@ -130,24 +274,15 @@ pub(crate) fn thread_page_sql(byte_order: &str, by_owner: bool, after: bool) -> 
 #[async_trait]
 impl<B: SqlBackend> ThreadStore for B {
     async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
-        let mut conn = self.pool().acquire().await?;
-        let stmt = Stmt::new("SELECT value FROM thread_state WHERE thread_id = $1").bind(thread_id);
-        let Some(row) = B::fetch_optional_in(&mut conn, stmt).await? else {
-            return Ok(None);
-        };
-        let state = row.state("value")?;
-        // Only rows the snapshot already counts: a commit landing between the
-        // two reads appends at `idx >= message_count`, so the window always
-        // matches the snapshot without a transaction.
-        let stmt = Stmt::new(format!(
-            "SELECT {TRANSCRIPT_COLUMNS} FROM transcript WHERE thread_id = $1 AND idx < $3 \
-             ORDER BY idx DESC LIMIT $2"
-        ))
-        .bind(thread_id)
-        .bind(to_limit(recent))
-        .bind(to_i64(state.message_count)?);
-        let recent = oldest_first(B::fetch_all_in(&mut conn, stmt).await?)?;
-        Ok(Some(ThreadSnapshot { state, recent }))
+        Ok(load_in_one(self, thread_id, recent, false).await?.snapshot)
+    }
+
+    async fn load_with_session(
+        &self,
+        thread_id: &str,
+        recent: usize,
+    ) -> StoreResult<Option<TurnLoad>> {
+        Ok(Some(load_in_one(self, thread_id, recent, true).await?))
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome> {
@@ -161,6 +296,36 @@ impl<B: SqlBackend> ThreadStore for B {
             && s.thread_id != state.thread_id
         {
             return Err(StoreError::Invalid("session row belongs to another thread"));
+        }
+        // One statement when the dialect has the form and the transcript
+        // ends where the snapshot says (the usual case under the thread
+        // lock); otherwise the transaction below, which appends at the
+        // actual end.
+        if B::COMMIT_AT_END
+            && let Ok(first) = i64::try_from(state.message_count)
+            && let Some(count) = first.checked_add(append.len() as i64)
+        {
+            // (The transaction sets its own count if this does not commit.)
+            state.message_count = count as u64;
+            let snapshot = encode_state(&state)?;
+            let done = self
+                .commit_at_end(AtEnd {
+                    thread_id: &state.thread_id,
+                    first,
+                    append: &append,
+                    at,
+                    turn_count: to_i64(state.turn_count)?,
+                    message_count: count,
+                    snapshot: &snapshot,
+                    session: &session,
+                })
+                .await?;
+            if done {
+                return Ok(CommitOutcome {
+                    first_index: first as u64,
+                    message_count: count as u64,
+                });
+            }
         }
         let mut tx = self.begin_write().await?;
         let stmt = Stmt::new(
@@ -275,7 +440,8 @@ impl<B: SqlBackend> ThreadStore for B {
 impl<B: SqlBackend> SessionStore for B {
     async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
         let stmt = Stmt::new("SELECT * FROM active_sessions WHERE thread_id = $1").bind(thread_id);
-        let row = self.fetch_optional(stmt).await?;
+        let mut conn = self.turn_conn(thread_id).await?;
+        let row = B::fetch_optional_in(&mut conn, stmt).await?;
         row.as_ref().map(session_from_row).transpose()
     }
 

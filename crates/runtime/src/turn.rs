@@ -35,7 +35,9 @@ use opencouch_core::{
     AgentInput, AgentOutput, Diagnostics, Message, ResponseStyle, ResponseType, Route,
     SessionAction, Stage, StreamEvent, ThreadState,
 };
-use opencouch_store::{ActiveSession, SessionStatus, SessionWrite, StoreError, TurnCommit};
+use opencouch_store::{
+    ActiveSession, SessionStatus, SessionWrite, StoreError, TurnCommit, TurnLoad, session_status,
+};
 use tokio::sync::mpsc;
 
 use crate::audit;
@@ -167,10 +169,13 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
     let inner = &rt.inner;
     let guard = inner.stores.lock_thread(&input.thread_id).await?;
     let now = Utc::now();
-    let snapshot = inner
+    // Snapshot, window and session row: one read on the SQL backends.
+    let TurnLoad {
+        snapshot,
+        session: row,
+    } = inner
         .stores
-        .threads
-        .load(&input.thread_id, inner.opts.recent_window)
+        .load_turn(&input.thread_id, inner.opts.recent_window)
         .await?;
     let (mut state, history): (ThreadState, Vec<Message>) = match snapshot {
         Some(s) => (s.state, s.recent.into_iter().map(|e| e.message).collect()),
@@ -187,15 +192,8 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
     // Session bookkeeping: an expired or interrupted session is finalized
     // (which also closes any crisis episode it held) before the new turn
     // starts a fresh one.
-    let session_status = inner
-        .stores
-        .sessions
-        .status(&input.thread_id, now, inner.opts.session_timeout)
-        .await?;
-    let mut session = match session_status {
-        SessionStatus::Active | SessionStatus::RotationRequired => {
-            inner.stores.sessions.get(&input.thread_id).await?
-        }
+    let mut session = match session_status(row.as_ref(), now, inner.opts.session_timeout) {
+        SessionStatus::Active | SessionStatus::RotationRequired => row,
         SessionStatus::ExpiredUnfinalized | SessionStatus::Interrupted => {
             crate::session::finalize_locked(rt, &mut state, None, None).await?;
             None

@@ -33,9 +33,9 @@ pub enum Reconciliation {
     Coexist,
 }
 
-/// A reconciliation error.
+/// A reconciliation decision that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
+pub enum DecisionError {
     /// A decision named an index outside the slot.
     #[error("reconciliation index {index} is out of range (slot holds {len})")]
     InvalidIndex {
@@ -47,6 +47,14 @@ pub enum PolicyError {
     /// Bump or supersede without a target.
     #[error("reconciliation decision names no target")]
     NoTarget,
+}
+
+/// A reconciliation or promotion-write error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A decision that cannot be applied.
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
     /// An invalid record.
     #[error(transparent)]
     Type(#[from] TypeError),
@@ -77,12 +85,12 @@ pub fn slot_of<'a>(existing: &'a [SemanticFact], new: &SemanticFact) -> Vec<&'a 
 /// bump; otherwise `decision` decides (none, or low confidence → coexist).
 ///
 /// # Errors
-/// [`PolicyError::InvalidIndex`] / [`PolicyError::NoTarget`] for a bad decision.
+/// [`DecisionError::InvalidIndex`] / [`DecisionError::NoTarget`] for a bad decision.
 pub fn reconcile_semantic(
     existing: &[SemanticFact],
     new: &SemanticFact,
     decision: Option<&ReconcileDecision>,
-) -> Result<Reconciliation, PolicyError> {
+) -> Result<Reconciliation, DecisionError> {
     let slot = slot_of(existing, new);
     if slot.is_empty() {
         return Ok(Reconciliation::Insert);
@@ -103,7 +111,7 @@ pub fn reconcile_semantic(
         return Ok(Reconciliation::Coexist);
     };
     if let Some(&index) = d.target_indexes.iter().find(|&&i| i >= slot.len()) {
-        return Err(PolicyError::InvalidIndex {
+        return Err(DecisionError::InvalidIndex {
             index,
             len: slot.len(),
         });
@@ -119,8 +127,8 @@ pub fn reconcile_semantic(
     };
     match d.action {
         ReconcileAction::Coexist => Ok(Reconciliation::Coexist),
-        ReconcileAction::Bump if d.target_indexes.is_empty() => Err(PolicyError::NoTarget),
-        ReconcileAction::Supersede if d.target_indexes.is_empty() => Err(PolicyError::NoTarget),
+        ReconcileAction::Bump if d.target_indexes.is_empty() => Err(DecisionError::NoTarget),
+        ReconcileAction::Supersede if d.target_indexes.is_empty() => Err(DecisionError::NoTarget),
         ReconcileAction::Bump => Ok(Reconciliation::Bump(ids())),
         ReconcileAction::Supersede => Ok(Reconciliation::Supersede(ids())),
     }
@@ -207,11 +215,11 @@ pub enum RuleReconciliation {
 /// outside `0..len` is an error.
 ///
 /// # Errors
-/// [`PolicyError::InvalidIndex`] for a bad index, [`PolicyError::NoTarget`]
-/// for a replace without one.
-pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, PolicyError> {
+/// [`DecisionError::InvalidIndex`] for a bad index,
+/// [`DecisionError::NoTarget`] for a replace without one.
+pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, DecisionError> {
     if let Some(index) = d.target_index.filter(|&i| i >= len) {
-        return Err(PolicyError::InvalidIndex { index, len });
+        return Err(DecisionError::InvalidIndex { index, len });
     }
     if d.confidence == Confidence::Low {
         return Ok(RuleReconciliation::Append);
@@ -220,7 +228,7 @@ pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, P
         (RuleAction::Append, _) => Ok(RuleReconciliation::Append),
         (RuleAction::Skip, i) => Ok(RuleReconciliation::Skip(i)),
         (RuleAction::Replace, Some(i)) => Ok(RuleReconciliation::Replace(i)),
-        (RuleAction::Replace, None) => Err(PolicyError::NoTarget),
+        (RuleAction::Replace, None) => Err(DecisionError::NoTarget),
     }
 }
 

@@ -67,7 +67,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![5], Confidence::High))
         ),
-        Err(PolicyError::InvalidIndex { index: 5, len: 2 })
+        Err(DecisionError::InvalidIndex { index: 5, len: 2 })
     );
     assert_eq!(
         reconcile_semantic(
@@ -75,7 +75,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![7], Confidence::Low))
         ),
-        Err(PolicyError::InvalidIndex { index: 7, len: 2 }),
+        Err(DecisionError::InvalidIndex { index: 7, len: 2 }),
         "invalid indexes raise even at low confidence"
     );
     assert_eq!(
@@ -84,7 +84,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![], Confidence::High))
         ),
-        Err(PolicyError::NoTarget)
+        Err(DecisionError::NoTarget)
     );
     let mut other_slot = fact("x", "y");
     other_slot.category = FactCategory::Goal;
@@ -183,15 +183,15 @@ fn decide_rule_table() {
         ),
         (
             d(A::Replace, Some(2), Confidence::High),
-            Err(PolicyError::InvalidIndex { index: 2, len: 2 }),
+            Err(DecisionError::InvalidIndex { index: 2, len: 2 }),
         ),
         (
             d(A::Append, Some(9), Confidence::Low),
-            Err(PolicyError::InvalidIndex { index: 9, len: 2 }),
+            Err(DecisionError::InvalidIndex { index: 9, len: 2 }),
         ),
         (
             d(A::Replace, None, Confidence::High),
-            Err(PolicyError::NoTarget),
+            Err(DecisionError::NoTarget),
         ),
     ];
     for (i, (decision, want)) in cases.into_iter().enumerate() {

@@ -305,10 +305,10 @@ async fn admit_into(
         }
     }
     row.session_buffer = serde_json::to_value(&buffer).unwrap_or_default();
-    let backend = crate::memory::backend(rt);
+    let store = rt.inner.stores.memory.as_ref();
     for c in now_writes {
         match opencouch_memory::policy::commit_now(
-            &backend,
+            store,
             rt.inner.policy_model.as_deref(),
             &spec.owner_id,
             &c,

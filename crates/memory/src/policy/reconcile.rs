@@ -6,14 +6,13 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use opencouch_core::Confidence;
+use opencouch_store::MemoryStore;
 
 use super::candidate::{CandidateBody, MemoryCandidate, PolicyAction};
 use super::clamps::apply_hard_clamps;
 use super::model::{PolicyModel, ReconcileAction, ReconcileDecision, RuleAction, RuleDecision};
 use super::promotion::Promotion;
-use crate::backend::{
-    BackendError, MemoryBackend, MemoryRecord, active_facts, load_profile, save_profile,
-};
+use crate::backend::{MemoryError, active_facts, fact_record, load_profile, save_profile, upsert};
 use crate::retrieval::{Embedder, embed_for_storage};
 use crate::types::{
     ProceduralProfile, ProceduralRule, RuleSource, SemanticFact, TypeError, WriteTiming,
@@ -50,7 +49,7 @@ pub enum DecisionError {
 }
 
 /// A reconciliation or promotion-write error.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// A decision that cannot be applied.
     #[error(transparent)]
@@ -60,7 +59,7 @@ pub enum PolicyError {
     Type(#[from] TypeError),
     /// The store failed.
     #[error(transparent)]
-    Backend(#[from] BackendError),
+    Backend(#[from] MemoryError),
 }
 
 /// The active facts sharing the new fact's slot (category, subject,
@@ -336,13 +335,13 @@ pub async fn add_rule(
 /// # Errors
 /// [`PolicyError::Backend`] when the store fails.
 pub async fn commit_promotion(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     owner_id: &str,
     promotion: Promotion,
     now: DateTime<Utc>,
 ) -> Result<CommitSummary, PolicyError> {
-    commit_promotion_with(backend, embedder, None, owner_id, promotion, now).await
+    commit_promotion_with(store, embedder, None, owner_id, promotion, now).await
 }
 
 /// Reconciles and writes a promotion.
@@ -357,7 +356,7 @@ pub async fn commit_promotion(
 /// # Errors
 /// [`PolicyError::Backend`] when the store fails.
 pub async fn commit_promotion_with(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     model: Option<&dyn PolicyModel>,
     owner_id: &str,
@@ -365,7 +364,7 @@ pub async fn commit_promotion_with(
     now: DateTime<Utc>,
 ) -> Result<CommitSummary, PolicyError> {
     let mut summary = CommitSummary::default();
-    let mut existing = active_facts(backend, owner_id).await?;
+    let mut existing = active_facts(store, owner_id).await?;
     let mut touched: HashSet<String> = HashSet::new();
     let mut inserts = Vec::new();
     for fact in promotion.facts {
@@ -419,19 +418,19 @@ pub async fn commit_promotion_with(
         _ => None,
     };
     for f in existing.iter().filter(|f| touched.contains(&f.id)) {
-        backend
-            .put(MemoryRecord::from_fact(owner_id, f, None))
-            .await?;
+        upsert(store, &fact_record(owner_id, f, None))
+            .await
+            .map_err(MemoryError::from)?;
     }
     for (i, f) in inserts.iter().enumerate() {
         let emb = vectors.as_ref().and_then(|v| v.get(i).cloned());
-        backend
-            .put(MemoryRecord::from_fact(owner_id, f, emb))
-            .await?;
+        upsert(store, &fact_record(owner_id, f, emb))
+            .await
+            .map_err(MemoryError::from)?;
         summary.facts_inserted += 1;
     }
     if !promotion.rules.is_empty() {
-        let mut profile = load_profile(backend, owner_id).await?;
+        let mut profile = load_profile(store, owner_id).await?;
         for rule in promotion.rules {
             let model = model.filter(|_| summary.model_calls < MAX_RECONCILE_MODEL_CALLS);
             let (outcome, used) = add_rule(&mut profile, rule, model, now).await;
@@ -446,7 +445,7 @@ pub async fn commit_promotion_with(
                 RuleOutcome::Skipped { .. } => summary.rules_skipped += 1,
             }
         }
-        save_profile(backend, owner_id, &profile, now).await?;
+        save_profile(store, owner_id, &profile, now).await?;
     }
     Ok(summary)
 }
@@ -461,7 +460,7 @@ pub async fn commit_promotion_with(
 /// [`PolicyError::Type`] for an invalid rule, [`PolicyError::Backend`] when
 /// the store fails.
 pub async fn commit_now(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     model: Option<&dyn PolicyModel>,
     owner_id: &str,
     candidate: &MemoryCandidate,
@@ -483,10 +482,10 @@ pub async fn commit_now(
         "explicit_user_request",
         now,
     )?;
-    let mut profile = load_profile(backend, owner_id).await?;
+    let mut profile = load_profile(store, owner_id).await?;
     let (outcome, _) = add_rule(&mut profile, rule, model, now).await;
     if !matches!(outcome, RuleOutcome::Skipped { .. }) {
-        save_profile(backend, owner_id, &profile, now).await?;
+        save_profile(store, owner_id, &profile, now).await?;
     }
     Ok(Some(outcome))
 }

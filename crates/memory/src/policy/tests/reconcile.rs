@@ -1,8 +1,10 @@
 //! Unit tests of reconciliation and of the promotion and explicit-rule
 //! writes, with and without a scripted policy model.
 
+use opencouch_store::MemoryStore;
+
 use super::*;
-use crate::backend::{MemoryBackend, active_facts, load_profile};
+use crate::backend::{active_facts, decode_fact, load_profile};
 
 fn fact(obj: &str, quote: &str) -> SemanticFact {
     SemanticFact::new(
@@ -105,7 +107,7 @@ fn reconciliation_table() {
 
 #[tokio::test]
 async fn commit_promotion_bumps_duplicates_and_skips_duplicate_rules() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let now = Utc::now();
     let rule = |t: &str| {
         ProceduralRule::new(
@@ -199,12 +201,12 @@ fn decide_rule_table() {
     }
 }
 
-async fn all_facts(b: &InMemoryBackend) -> Vec<SemanticFact> {
+async fn all_facts(b: &InMemoryStore) -> Vec<SemanticFact> {
     b.list("u", crate::types::MemoryKind::Semantic)
         .await
         .unwrap()
         .iter()
-        .map(|r| r.as_fact().unwrap())
+        .map(|r| decode_fact(r).unwrap())
         .collect()
 }
 
@@ -271,7 +273,7 @@ async fn model_fact_reconciliation_table() {
         ),
     ];
     for (i, (script, active, superseded, fallbacks)) in cases.into_iter().enumerate() {
-        let b = InMemoryBackend::new();
+        let b = InMemoryStore::new();
         let now = Utc::now();
         let seed = Promotion {
             facts: vec![
@@ -469,7 +471,7 @@ async fn model_rule_reconciliation_table() {
 
 #[tokio::test]
 async fn commit_now_writes_only_explicit_rules() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let now = Utc::now();
     let explicit = proc(
         "remember that I prefer short answers",

@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use opencouch_memory::StoredEmbedding;
 use opencouch_memory::retrieval::{MemoryIndex, SearchMode};
+use opencouch_store::Embedding;
 use serde_json::{Value, json};
 
 #[path = "support/synthetic.rs"]
@@ -21,11 +21,10 @@ fn main() {
         let values: Vec<Value> = (0..n)
             .map(|_| json!({"evidence_quote": rng.words(12), "category": "context"}))
             .collect();
-        let embeddings: Vec<StoredEmbedding> = (0..n)
-            .map(|_| StoredEmbedding {
-                vector: rng.vector(384),
+        let embeddings: Vec<Embedding> = (0..n)
+            .map(|_| Embedding {
                 model: "m".into(),
-                dim: 384,
+                values: rng.vector(384),
             })
             .collect();
         let built = Instant::now();

@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use opencouch_store::Embedding;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::backend::StoredEmbedding;
 use crate::retrieval::{EmbedError, Embedder, MemoryIndex, SEMANTIC_SEARCH_LIMIT, SearchMode};
 
 /// The adversarial category, excluded from recall.
@@ -478,12 +478,11 @@ pub async fn evaluate(
                 let qv = embed_chunked(e, &qs, &mut done, total, progress).await?;
                 embed_seconds += started.elapsed().as_secs_f64();
                 embedded_texts += texts.len() + qs.len();
-                let stored: Vec<StoredEmbedding> = tv
+                let stored: Vec<Embedding> = tv
                     .into_iter()
-                    .map(|v| StoredEmbedding {
-                        dim: v.len(),
-                        vector: v,
+                    .map(|values| Embedding {
                         model: e.model_id().to_owned(),
+                        values,
                     })
                     .collect();
                 (Some(stored), Some(qv))

@@ -14,8 +14,9 @@
 //! - `embed_local` (feature `local-embeddings`): all-MiniLM-L6-v2 on CPU;
 //! - [`eval`]: LoCoMo recall@k evaluation.
 //!
-//! Persistence goes through the small [`backend::MemoryBackend`] trait so
-//! the store crate plugs in with a thin adapter.
+//! Records are kept in the store crate's [`opencouch_store::MemoryStore`]
+//! as its [`opencouch_store::MemoryRecord`] (one record type, one storage
+//! trait); [`backend`] encodes the layers as those records.
 
 pub mod assist;
 pub mod backend;
@@ -29,7 +30,7 @@ pub mod retrieval;
 pub mod text;
 pub mod types;
 
-pub use backend::{BackendError, InMemoryBackend, MemoryBackend, MemoryRecord, StoredEmbedding};
+pub use backend::MemoryError;
 pub use retrieval::{
     EmbedError, Embedder, IndexCache, RetrievalPath, RetrievalRequest, TurnMemory,
     WorkingMemoryEntry, retrieve, retrieve_cached,

@@ -60,10 +60,9 @@ pub enum TypeError {
     OwnerMissing,
 }
 
-string_enum! {
-    /// The three memory layers; with the owner id it forms a namespace.
-    pub enum MemoryKind: "memory_kind" { Semantic = "semantic", Episodic = "episodic", Procedural = "procedural" }
-}
+/// The three memory layers; with the owner id it forms a namespace. The
+/// store's kind: one type names a layer everywhere.
+pub use opencouch_store::MemoryKind;
 
 string_enum! {
     /// What a semantic fact is about.

@@ -22,15 +22,14 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::Utc;
+use opencouch_memory::backend::fact_record;
 use opencouch_memory::retrieval::{
     EmbedError, Embedder, IndexCache, RetrievalRequest, retrieve_cached,
 };
 use opencouch_memory::types::{
     EntityRef, EntityType, FactCategory, NewFact, Predicate, SemanticFact, WriteTiming,
 };
-use opencouch_memory::{MemoryBackend, MemoryRecord, StoredEmbedding};
-use opencouch_runtime::memory::StoreBackend;
-use opencouch_store::Stores;
+use opencouch_store::{Embedding, MemoryStore, Stores};
 
 #[path = "../../memory/benches/support/synthetic.rs"]
 mod synthetic;
@@ -62,7 +61,7 @@ impl Embedder for Precomputed {
 
 /// One retrieval; returns (milliseconds, entries kept).
 async fn one_query(
-    backend: &StoreBackend,
+    store: &dyn MemoryStore,
     embedder: &Arc<Precomputed>,
     owner: &str,
     q: &(String, Vec<f32>),
@@ -76,13 +75,13 @@ async fn one_query(
         now: Utc::now(),
     };
     let t = Instant::now();
-    let m = retrieve_cached(backend, Some(embedder.as_ref()), cache, &req)
+    let m = retrieve_cached(store, Some(embedder.as_ref()), cache, &req)
         .await
         .expect("retrieve");
     (t.elapsed().as_secs_f64() * 1000.0, m.working_memory.len())
 }
 
-async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
+async fn fill(store: &dyn MemoryStore, owner: &str, n: usize, rng: &mut Rng) {
     let started = Instant::now();
     let mut pending = Vec::new();
     for i in 0..n {
@@ -102,15 +101,14 @@ async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
             Utc::now(),
         )
         .expect("fact");
-        let emb = StoredEmbedding {
-            vector: rng.vector(DIM),
+        let emb = Embedding {
             model: "bench".into(),
-            dim: DIM,
+            values: rng.vector(DIM),
         };
-        pending.push(MemoryRecord::from_fact(owner, &fact, Some(emb)));
+        pending.push(fact_record(owner, &fact, Some(emb)));
         if pending.len() == 64 || i + 1 == n {
             let batch = std::mem::take(&mut pending);
-            futures::future::join_all(batch.into_iter().map(|r| backend.put(r)))
+            futures::future::join_all(batch.iter().map(|r| store.put(r)))
                 .await
                 .into_iter()
                 .collect::<Result<Vec<_>, _>>()
@@ -124,13 +122,13 @@ async fn fill(backend: &StoreBackend, owner: &str, n: usize, rng: &mut Rng) {
 }
 
 async fn bench(label: &str, stores: &Stores, sizes: &[usize]) {
-    let backend = StoreBackend::new(stores.memory.clone());
+    let store = stores.memory.as_ref();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let embedder = Arc::new(Precomputed(std::sync::Mutex::new(rng.vector(DIM))));
     let mut have = 0usize;
     let owner = "bench-owner";
     for &n in sizes {
-        fill(&backend, owner, n - have, &mut rng).await;
+        fill(store, owner, n - have, &mut rng).await;
         have = n;
         let queries: Vec<(String, Vec<f32>)> = (0..200)
             .map(|_| {
@@ -139,18 +137,18 @@ async fn bench(label: &str, stores: &Stores, sizes: &[usize]) {
             })
             .collect();
         let cache = IndexCache::default();
-        let (cold, _) = one_query(&backend, &embedder, owner, &queries[0], Some(&cache)).await;
+        let (cold, _) = one_query(store, &embedder, owner, &queries[0], Some(&cache)).await;
         let mut warm = Vec::new();
         let mut hits = 0;
         for q in &queries {
-            let (ms, h) = one_query(&backend, &embedder, owner, q, Some(&cache)).await;
+            let (ms, h) = one_query(store, &embedder, owner, q, Some(&cache)).await;
             warm.push(ms);
             hits += h;
         }
         let uncached_runs = if n >= 100_000 { 3 } else { 20 };
         let mut uncached = Vec::new();
         for q in queries.iter().take(uncached_runs) {
-            uncached.push(one_query(&backend, &embedder, owner, q, None).await.0);
+            uncached.push(one_query(store, &embedder, owner, q, None).await.0);
         }
         println!(
             "{label:<10} n={n:>6}  warm p50 {:.3} ms p95 {:.3} ms  cold {:.1} ms  uncached p50 {:.1} ms  (avg kept {:.1})",

@@ -315,10 +315,10 @@ async fn admit_into(
         }
     }
     row.session_buffer = serde_json::to_value(&buffer).unwrap_or_default();
-    let backend = crate::memory::backend(memory);
+    let store = memory.store.as_ref();
     for c in now_writes {
         match opencouch_memory::policy::commit_now(
-            &backend,
+            store,
             memory.policy_model.as_deref(),
             &spec.owner_id,
             &c,

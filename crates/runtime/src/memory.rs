@@ -1,5 +1,5 @@
-//! The runtime's seam to the memory layer: a store adapter, per-turn
-//! retrieval, the write policy's session buffer, session-end promotion and
+//! The runtime's seam to the memory layer (over the store's memory
+//! records): per-turn retrieval, the write policy's session buffer, session-end promotion and
 //! the memory-control turn.
 //!
 //! **Invariant:** in incognito nothing here writes durable memory: the
@@ -12,14 +12,9 @@ use async_trait::async_trait;
 use chrono::Utc;
 use opencouch_config::Settings;
 use opencouch_core::{AgentInput, CrisisLevel, Diagnostics};
-use opencouch_memory::backend::{
-    BackendError, MemoryBackend as Backend, MemoryRecord as MemRecord, StoredEmbedding,
-};
 use opencouch_memory::policy::{ExtractionGate, SessionMemoryBuffer};
-use opencouch_memory::{RetrievalRequest, SessionArc};
-use opencouch_store::{
-    ActiveSession, Embedding, MemoryKind as StoreKind, MemoryRecord as StoreRecord, MemoryStore,
-};
+use opencouch_memory::{MemoryError, RetrievalRequest, SessionArc};
+use opencouch_store::ActiveSession;
 
 use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::plan::RoutePlan;
@@ -27,132 +22,6 @@ pub use crate::ports::EmbedderHandle;
 use crate::ports::{MemoryPorts, Ports};
 pub use crate::stage::LoadedMemory;
 use crate::stage::SpecialistOutcome;
-
-/// Adapts the store crate's [`MemoryStore`] to the memory layer's backend
-/// trait (the two record types differ only in naming).
-pub struct StoreBackend {
-    store: Arc<dyn MemoryStore>,
-}
-
-impl StoreBackend {
-    pub fn new(store: Arc<dyn MemoryStore>) -> Self {
-        StoreBackend { store }
-    }
-}
-
-fn kind_to_store(k: opencouch_memory::MemoryKind) -> StoreKind {
-    match k {
-        opencouch_memory::MemoryKind::Semantic => StoreKind::Semantic,
-        opencouch_memory::MemoryKind::Episodic => StoreKind::Episodic,
-        opencouch_memory::MemoryKind::Procedural => StoreKind::Procedural,
-    }
-}
-
-fn kind_from_store(k: StoreKind) -> opencouch_memory::MemoryKind {
-    match k {
-        StoreKind::Semantic => opencouch_memory::MemoryKind::Semantic,
-        StoreKind::Episodic => opencouch_memory::MemoryKind::Episodic,
-        StoreKind::Procedural => opencouch_memory::MemoryKind::Procedural,
-    }
-}
-
-fn to_store(r: MemRecord) -> StoreRecord {
-    StoreRecord {
-        id: r.id,
-        owner_id: r.owner_id,
-        kind: kind_to_store(r.kind),
-        category: r.category,
-        value: r.value,
-        created_at: r.created_at,
-        last_referenced_at: r.last_referenced_at,
-        dormant_at: r.dormant_at,
-        user_visible: r.user_visible,
-        embedding: r.embedding.map(|e| Embedding {
-            model: e.model,
-            values: e.vector,
-        }),
-    }
-}
-
-fn from_store(r: StoreRecord) -> MemRecord {
-    MemRecord {
-        id: r.id,
-        owner_id: r.owner_id,
-        kind: kind_from_store(r.kind),
-        category: r.category,
-        value: r.value,
-        created_at: r.created_at,
-        last_referenced_at: r.last_referenced_at,
-        dormant_at: r.dormant_at,
-        user_visible: r.user_visible,
-        embedding: r.embedding.map(|e| StoredEmbedding {
-            dim: e.values.len(),
-            vector: e.values,
-            model: e.model,
-        }),
-    }
-}
-
-fn store_err(e: opencouch_store::StoreError) -> BackendError {
-    BackendError::Unavailable(e.to_string())
-}
-
-#[async_trait]
-impl Backend for StoreBackend {
-    async fn list(
-        &self,
-        owner_id: &str,
-        kind: opencouch_memory::MemoryKind,
-    ) -> Result<Vec<MemRecord>, BackendError> {
-        let rows = self
-            .store
-            .list(owner_id, kind_to_store(kind))
-            .await
-            .map_err(store_err)?;
-        Ok(rows.into_iter().map(from_store).collect())
-    }
-    async fn put(&self, record: MemRecord) -> Result<(), BackendError> {
-        // The memory backend contract is insert-or-replace; the store's
-        // `put` is insert-only, so an existing record is updated in place.
-        let record = to_store(record);
-        if self.store.update(&record).await.map_err(store_err)? {
-            return Ok(());
-        }
-        self.store.put(&record).await.map_err(store_err)
-    }
-    async fn update(&self, record: MemRecord) -> Result<bool, BackendError> {
-        self.store
-            .update(&to_store(record))
-            .await
-            .map_err(store_err)
-    }
-    async fn delete(
-        &self,
-        owner_id: &str,
-        kind: opencouch_memory::MemoryKind,
-        id: &str,
-    ) -> Result<bool, BackendError> {
-        self.store
-            .delete(owner_id, kind_to_store(kind), id)
-            .await
-            .map_err(store_err)
-    }
-    async fn revision(
-        &self,
-        owner_id: &str,
-        kind: opencouch_memory::MemoryKind,
-    ) -> Result<Option<u64>, BackendError> {
-        self.store
-            .revision(owner_id, kind_to_store(kind))
-            .await
-            .map(Some)
-            .map_err(store_err)
-    }
-}
-
-pub fn backend(m: &MemoryPorts) -> StoreBackend {
-    StoreBackend::new(m.store.clone())
-}
 
 /// Per-turn retrieval. Incognito and store failures give empty memory
 /// (the turn goes on); diagnostics say which.
@@ -167,7 +36,7 @@ pub(crate) async fn load_for_turn(
         out.diagnostics.set("retrieval_path", "skipped_incognito");
         return out;
     }
-    let backend = backend(m);
+    let store = m.store.as_ref();
     let embedder = m.embedder.as_deref();
     let req = RetrievalRequest {
         owner_id: input.owner_id(),
@@ -176,7 +45,7 @@ pub(crate) async fn load_for_turn(
         now: Utc::now(),
     };
     let cache = Some(m.index_cache.as_ref());
-    match opencouch_memory::retrieve_cached(&backend, embedder, cache, &req).await {
+    match opencouch_memory::retrieve_cached(store, embedder, cache, &req).await {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
             out.rules = tm.procedural_rules;
@@ -208,22 +77,11 @@ pub(crate) async fn store_arc(
     m: &MemoryPorts,
     owner: &str,
     arc: &SessionArc,
-) -> Result<(), BackendError> {
+) -> Result<(), MemoryError> {
     if m.incognito() {
         return Ok(());
     }
-    let embedding = match m.embedder.as_deref() {
-        Some(e) => {
-            opencouch_memory::retrieval::embed_for_storage(e, std::slice::from_ref(&arc.summary))
-                .await
-                .ok()
-                .and_then(|mut v| v.pop())
-        }
-        None => None,
-    };
-    backend(m)
-        .put(MemRecord::from_arc(owner, arc, embedding))
-        .await
+    opencouch_memory::backend::save_arc(m.store.as_ref(), m.embedder.as_deref(), owner, arc).await
 }
 
 /// What the write policy decided after a turn.
@@ -370,7 +228,7 @@ fn pending_update(
 /// In hybrid mode the service words saved preferences with the policy model
 /// and reconciles them with the active rules (deterministic fallback).
 pub fn control_service(m: &MemoryPorts) -> opencouch_memory::control::MemoryControlService {
-    let service = opencouch_memory::control::MemoryControlService::new(Arc::new(backend(m)));
+    let service = opencouch_memory::control::MemoryControlService::new(m.store.clone());
     match &m.policy_model {
         Some(m) => service.with_policy_model(m.clone()),
         None => service,
@@ -596,11 +454,11 @@ pub(crate) async fn promote_at_session_end(
     if buffer.is_empty() {
         return Ok(());
     }
-    let backend = backend(m);
-    let prior_facts = opencouch_memory::backend::active_facts(&backend, owner)
+    let store = m.store.as_ref();
+    let prior_facts = opencouch_memory::backend::active_facts(store, owner)
         .await
         .map_err(|e| e.to_string())?;
-    let profile = opencouch_memory::backend::load_profile(&backend, owner)
+    let profile = opencouch_memory::backend::load_profile(store, owner)
         .await
         .map_err(|e| e.to_string())?;
     let prior_rules: Vec<_> = profile.active_rules().cloned().collect();
@@ -621,7 +479,7 @@ pub(crate) async fn promote_at_session_end(
     let promotion = opencouch_memory::policy::promote(&buffer, &ctx).map_err(|e| e.to_string())?;
     let embedder = m.embedder.as_deref();
     let summary = opencouch_memory::policy::commit_promotion_with(
-        &backend,
+        store,
         embedder,
         m.policy_model.as_deref(),
         owner,

@@ -485,23 +485,22 @@ impl Service {
         owner: &str,
         kinds: &[TargetKind],
     ) -> Result<usize, ServiceError> {
-        use opencouch_memory::MemoryBackend as _;
         if self.rt.memory_mode() == MemoryMode::Incognito {
             return Err(ServiceError::Incognito);
         }
-        let backend = crate::memory::backend(self.rt.memory_ports());
+        let store = &self.rt.stores().memory;
         let mut n = 0;
         for kind in kinds {
             let k: MemoryKind = kind.memory_kind();
-            for record in backend
+            for record in store
                 .list(owner, k)
                 .await
-                .map_err(ControlError::Backend)?
+                .map_err(|e| ControlError::Backend(e.into()))?
             {
-                if backend
+                if store
                     .delete(owner, k, &record.id)
                     .await
-                    .map_err(ControlError::Backend)?
+                    .map_err(|e| ControlError::Backend(e.into()))?
                 {
                     n += 1;
                 }
@@ -527,8 +526,8 @@ impl Service {
         if self.rt.memory_mode() == MemoryMode::Incognito {
             return Err(ServiceError::Incognito);
         }
-        let backend = crate::memory::backend(self.rt.memory_ports());
-        let mut arcs: Vec<SessionArc> = opencouch_memory::backend::visible_arcs(&backend, owner)
+        let store = self.rt.stores().memory.as_ref();
+        let mut arcs: Vec<SessionArc> = opencouch_memory::backend::visible_arcs(store, owner)
             .await
             .map_err(ControlError::Backend)?;
         arcs.sort_by_key(|a| a.started_at);

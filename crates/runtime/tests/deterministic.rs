@@ -501,8 +501,7 @@ async fn a_completed_exercise_is_kept_on_the_session_arc() {
         .await
         .expect("end");
     assert!(end.summary.is_some(), "substantive session gets an arc");
-    let backend = opencouch_runtime::memory::backend(rt.memory_ports());
-    let arcs = opencouch_memory::backend::visible_arcs(&backend, t)
+    let arcs = opencouch_memory::backend::visible_arcs(rt.stores().memory.as_ref(), t)
         .await
         .expect("arcs");
     assert_eq!(arcs.len(), 1);

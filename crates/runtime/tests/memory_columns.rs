@@ -1,17 +1,13 @@
 //! The store's memory columns mean what the store's record says: a fact's
 //! `last_referenced_at` and `dormant_at` reach the store as the fact states
-//! them (the adapter used to write the update time into
-//! `last_referenced_at` and always `dormant_at: None`), and come back
-//! unchanged.
+//! them (an adapter once wrote the update time into `last_referenced_at`
+//! and always `dormant_at: None`), and come back unchanged.
 #![allow(clippy::unwrap_used)]
 
 use chrono::{Duration, TimeZone, Utc};
-use opencouch_memory::backend::MemoryBackend as _;
+use opencouch_memory::backend::{decode_fact, fact_record, upsert};
 use opencouch_memory::types::{NewFact, WriteTiming};
-use opencouch_memory::{
-    EntityRef, EntityType, FactCategory, MemoryKind, MemoryRecord, Predicate, SemanticFact,
-};
-use opencouch_runtime::memory::StoreBackend;
+use opencouch_memory::{EntityRef, EntityType, FactCategory, MemoryKind, Predicate, SemanticFact};
 use opencouch_store::Stores;
 
 fn fact(object: &str) -> SemanticFact {
@@ -37,17 +33,14 @@ fn fact(object: &str) -> SemanticFact {
 #[tokio::test]
 async fn reference_and_dormancy_times_are_stored_as_the_record_states_them() {
     let stores = Stores::in_memory();
-    let backend = StoreBackend::new(stores.memory.clone());
+    let store = stores.memory.as_ref();
     let fresh = fact("Sam");
     let mut used = fact("Ana");
     used.last_referenced_at = Some(used.created_at + Duration::hours(3));
     let mut retired = fact("Lee");
     retired.dormant_at = Some(retired.created_at + Duration::days(2));
     for f in [&fresh, &used, &retired] {
-        backend
-            .put(MemoryRecord::from_fact("o", f, None))
-            .await
-            .unwrap();
+        upsert(store, &fact_record("o", f, None)).await.unwrap();
     }
     let rows = stores
         .memory
@@ -60,9 +53,9 @@ async fn reference_and_dormancy_times_are_stored_as_the_record_states_them() {
     assert_eq!(row(&fresh.id).dormant_at, None);
     assert_eq!(row(&used.id).last_referenced_at, used.last_referenced_at);
     assert_eq!(row(&retired.id).dormant_at, retired.dormant_at);
-    // And back through the adapter unchanged.
-    let back = backend.list("o", MemoryKind::Semantic).await.unwrap();
-    let rec = |id: &str| back.iter().find(|r| r.id == id).unwrap();
+    // And the facts decoded back from the records unchanged.
+    let back = store.list("o", MemoryKind::Semantic).await.unwrap();
+    let rec = |id: &str| decode_fact(back.iter().find(|r| r.id == id).unwrap()).unwrap();
     assert_eq!(rec(&used.id).last_referenced_at, used.last_referenced_at);
     assert_eq!(rec(&retired.id).dormant_at, retired.dormant_at);
     assert_eq!(rec(&fresh.id).last_referenced_at, None);

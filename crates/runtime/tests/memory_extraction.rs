@@ -12,11 +12,10 @@ use common::fake_model;
 use opencouch_core::{AgentInput, AgentOutput, RuntimeMode};
 use opencouch_memory::policy::{CandidateBody, PolicyAction, SessionMemoryBuffer};
 use opencouch_memory::{
-    EntityRef, EntityType, FactCategory, MemoryKind, MemoryRecord, Predicate, SemanticFact,
-    WriteTiming,
+    EntityRef, EntityType, FactCategory, MemoryKind, Predicate, SemanticFact, WriteTiming,
 };
 use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};
-use opencouch_store::{EphemeralStores, Stores};
+use opencouch_store::{EphemeralStores, MemoryRecord, Stores};
 use opencouch_testkit::canned::{
     extraction_request as extraction, gate_request as gate, triage_reply, triage_request as triage,
 };
@@ -436,12 +435,13 @@ async fn late_extraction_never_writes_into_an_ended_or_new_session() {
 }
 
 async fn facts(rt: &Runtime, owner: &str) -> Vec<SemanticFact> {
-    let backend = opencouch_runtime::memory::backend(rt.memory_ports());
-    opencouch_memory::MemoryBackend::list(&backend, owner, MemoryKind::Semantic)
+    rt.stores()
+        .memory
+        .list(owner, MemoryKind::Semantic)
         .await
         .expect("list")
         .iter()
-        .map(|r| r.as_fact().expect("fact"))
+        .map(|r| opencouch_memory::backend::decode_fact(r).expect("fact"))
         .collect()
 }
 
@@ -568,7 +568,7 @@ fn seed_fact(owner: &str, object: &str, quote: &str) -> MemoryRecord {
         chrono::Utc::now(),
     )
     .expect("fact");
-    MemoryRecord::from_fact(owner, &fact, None)
+    opencouch_memory::backend::fact_record(owner, &fact, None)
 }
 
 #[tokio::test]
@@ -600,13 +600,11 @@ async fn reconciliation_at_promotion_follows_the_model_within_limits() {
         fake.always_when(fact_reconcile(), reply);
         let rt = hybrid(&fake);
         let thread = format!("x-rec-{i}");
-        let backend = opencouch_runtime::memory::backend(rt.memory_ports());
-        opencouch_memory::MemoryBackend::put(
-            &backend,
-            seed_fact(&thread, "Sara", "my sister Sara"),
-        )
-        .await
-        .expect("seed");
+        rt.stores()
+            .memory
+            .put(&seed_fact(&thread, "Sara", "my sister Sara"))
+            .await
+            .expect("seed");
         turn(&rt, &thread, "My sister Sarah is visiting this weekend").await;
         turn(&rt, &thread, "Sarah and I argued about the plans again").await;
         rt.end_session(&thread, None, None, FeedbackSource::ApiEnd)
@@ -656,12 +654,9 @@ async fn saved_preferences_are_worded_by_the_model_with_a_fallback() {
         let thread = format!("x-pref-{i}");
         let out = turn(&rt, &thread, "remember that I prefer short answers").await;
         assert_eq!(out.response_text, format!("Saved: {want}"), "case {i}");
-        let profile = opencouch_memory::backend::load_profile(
-            &opencouch_runtime::memory::backend(rt.memory_ports()),
-            &thread,
-        )
-        .await
-        .expect("profile");
+        let profile = opencouch_memory::backend::load_profile(rt.stores().memory.as_ref(), &thread)
+            .await
+            .expect("profile");
         let rules: Vec<&str> = profile.active_rules().map(|r| r.rule.as_str()).collect();
         assert_eq!(rules, vec![want], "case {i}");
         assert_eq!(profile.rules[0].write_timing, WriteTiming::Immediate);

@@ -444,8 +444,7 @@ async fn memory_routes_list_toggle_and_delete_by_index() {
     assert_eq!(st["counts"]["procedural"], 1);
     assert_eq!(st["owner_id"], "alice");
 
-    // (Bob has no saved profile yet: the second write of an existing
-    // profile currently fails in the runtime's memory adapter, see report.)
+    // Bob has no saved profile yet: his first write creates it.
     let (status, v) = call(
         &f.app,
         Method::PATCH,
@@ -498,10 +497,10 @@ async fn memory_routes_list_toggle_and_delete_by_index() {
     );
 }
 
-/// Deleting a rule rewrites the procedural profile, which the runtime's
-/// memory adapter currently inserts instead of upserting
-/// (`StoreBackend::put` → `MemoryStore::put`), so the store answers
-/// "memory record already exists" and the API returns 503.
+/// Deleting a rule rewrites the procedural profile: the existing profile
+/// record is replaced (`opencouch_memory::backend::upsert`), not inserted
+/// again (the store would answer "memory record already exists" and the API
+/// 503).
 #[tokio::test]
 async fn deleting_a_rule_by_index_removes_it() {
     let f = fixture().await;

@@ -7,7 +7,7 @@ use opencouch_core::MemoryMode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::backend::BackendError;
+use crate::backend::MemoryError;
 use crate::types::{MemoryKind, TypeError};
 
 /// Which visible list an index refers to.
@@ -221,7 +221,7 @@ pub enum ControlError {
     Type(#[from] TypeError),
     /// The store failed.
     #[error(transparent)]
-    Backend(#[from] BackendError),
+    Backend(#[from] MemoryError),
 }
 
 /// Who is asking and in which mode.

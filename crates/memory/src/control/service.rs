@@ -1,5 +1,5 @@
 //! [`MemoryControlService`]: lists, status, the recall switch, saved
-//! preferences and two-step deletion over a [`MemoryBackend`], shared by
+//! preferences and two-step deletion over the store's [`MemoryStore`], shared by
 //! chat commands, the HTTP API and the tools.
 
 use std::collections::HashSet;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use opencouch_core::MemoryMode;
+use opencouch_store::MemoryStore;
 use serde_json::{Value, json};
 
 use super::action::{
@@ -15,7 +16,7 @@ use super::action::{
 };
 use crate::assist::{PolicyModel, validate_preference_rule};
 use crate::backend::{
-    MemoryBackend, PROFILE_RECORD_ID, active_facts, load_profile, save_profile, visible_arcs,
+    MemoryError, PROFILE_RECORD_ID, active_facts, load_profile, save_profile, visible_arcs,
 };
 use crate::policy::{RuleOutcome, add_rule, clip_quote, is_safety_conflict};
 use crate::retrieval::{haystack, lexical_score};
@@ -156,15 +157,15 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
 /// The memory-control service shared by every channel.
 #[derive(Clone)]
 pub struct MemoryControlService {
-    backend: Arc<dyn MemoryBackend>,
+    store: Arc<dyn MemoryStore>,
     policy_model: Option<Arc<dyn PolicyModel>>,
 }
 
 impl MemoryControlService {
-    /// A service over a backend (deterministic: no policy model).
-    pub fn new(backend: Arc<dyn MemoryBackend>) -> Self {
+    /// A service over a memory store (deterministic: no policy model).
+    pub fn new(store: Arc<dyn MemoryStore>) -> Self {
         MemoryControlService {
-            backend,
+            store,
             policy_model: None,
         }
     }
@@ -178,9 +179,9 @@ impl MemoryControlService {
         self
     }
 
-    /// The backend.
-    pub fn backend(&self) -> &dyn MemoryBackend {
-        self.backend.as_ref()
+    /// The memory store.
+    pub fn store(&self) -> &dyn MemoryStore {
+        self.store.as_ref()
     }
 
     /// Everything visible to an owner.
@@ -188,7 +189,7 @@ impl MemoryControlService {
     /// # Errors
     /// [`ControlError::Backend`].
     pub async fn snapshot(&self, owner: &str) -> Result<MemorySnapshot, ControlError> {
-        let b = self.backend.as_ref();
+        let b = self.store.as_ref();
         let (facts, arcs, profile) = tokio::join!(
             active_facts(b, owner),
             visible_arcs(b, owner),
@@ -338,7 +339,7 @@ impl MemoryControlService {
         enabled: bool,
         now: DateTime<Utc>,
     ) -> Result<ControlOutcome, ControlError> {
-        let b = self.backend.as_ref();
+        let b = self.store.as_ref();
         let mut profile = load_profile(b, owner).await?;
         let changed = profile.proactive_recall_enabled != enabled;
         if changed {
@@ -397,7 +398,7 @@ impl MemoryControlService {
                 ..ControlOutcome::reply(SAFETY_PREFERENCE_REPLY, PendingChange::Keep)
             });
         }
-        let b = self.backend.as_ref();
+        let b = self.store.as_ref();
         let mut profile = load_profile(b, owner).await?;
         let quote = clip_quote(text);
         let rule = ProceduralRule::new(
@@ -445,7 +446,7 @@ impl MemoryControlService {
         if q.is_empty() {
             return Err(ControlError::BlankQuery);
         }
-        let b = self.backend.as_ref();
+        let b = self.store.as_ref();
         let mut matches: Vec<(f64, DeleteTarget)> = Vec::new();
         for f in active_facts(b, owner).await? {
             let v = serde_json::to_value(&f).unwrap_or(Value::Null);
@@ -522,7 +523,7 @@ impl MemoryControlService {
         if t.namespace != namespace(owner, t.kind) {
             return Err(ControlError::ForeignPending);
         }
-        let b = self.backend.as_ref();
+        let b = self.store.as_ref();
         let deleted = match (t.kind, &t.rule_id) {
             (TargetKind::Rule, Some(rule_id)) => {
                 let mut profile = load_profile(b, owner).await?;
@@ -535,7 +536,10 @@ impl MemoryControlService {
                 deleted
             }
             (TargetKind::Rule, None) => return Err(ControlError::InvalidPending),
-            (kind, _) => b.delete(owner, kind.memory_kind(), &t.key).await?,
+            (kind, _) => b
+                .delete(owner, kind.memory_kind(), &t.key)
+                .await
+                .map_err(MemoryError::from)?,
         };
         let reply = if deleted {
             format!("Deleted the saved {}: \"{}\".", t.kind.noun(), t.preview)

@@ -261,7 +261,7 @@ async fn recall(
     if query.is_empty() {
         return refused(name, Refusal::EmptyQuery, "Say what to look for.");
     }
-    let b = service.backend();
+    let b = service.store();
     match load_profile(b, owner).await {
         Ok(p) if !p.proactive_recall_enabled => {
             return refused(

@@ -6,14 +6,13 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use opencouch_core::Confidence;
+use opencouch_store::MemoryStore;
 
 use super::candidate::{CandidateBody, MemoryCandidate, PolicyAction};
 use super::clamps::apply_hard_clamps;
 use super::model::{PolicyModel, ReconcileAction, ReconcileDecision, RuleAction, RuleDecision};
 use super::promotion::Promotion;
-use crate::backend::{
-    BackendError, MemoryBackend, MemoryRecord, active_facts, load_profile, save_profile,
-};
+use crate::backend::{MemoryError, active_facts, fact_record, load_profile, save_profile, upsert};
 use crate::retrieval::{Embedder, embed_for_storage};
 use crate::types::{
     ProceduralProfile, ProceduralRule, RuleSource, SemanticFact, TypeError, WriteTiming,
@@ -33,9 +32,9 @@ pub enum Reconciliation {
     Coexist,
 }
 
-/// A reconciliation error.
+/// A reconciliation decision that cannot be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
+pub enum DecisionError {
     /// A decision named an index outside the slot.
     #[error("reconciliation index {index} is out of range (slot holds {len})")]
     InvalidIndex {
@@ -47,12 +46,20 @@ pub enum PolicyError {
     /// Bump or supersede without a target.
     #[error("reconciliation decision names no target")]
     NoTarget,
+}
+
+/// A reconciliation or promotion-write error.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// A decision that cannot be applied.
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
     /// An invalid record.
     #[error(transparent)]
     Type(#[from] TypeError),
     /// The store failed.
     #[error(transparent)]
-    Backend(#[from] BackendError),
+    Backend(#[from] MemoryError),
 }
 
 /// The active facts sharing the new fact's slot (category, subject,
@@ -77,12 +84,12 @@ pub fn slot_of<'a>(existing: &'a [SemanticFact], new: &SemanticFact) -> Vec<&'a 
 /// bump; otherwise `decision` decides (none, or low confidence → coexist).
 ///
 /// # Errors
-/// [`PolicyError::InvalidIndex`] / [`PolicyError::NoTarget`] for a bad decision.
+/// [`DecisionError::InvalidIndex`] / [`DecisionError::NoTarget`] for a bad decision.
 pub fn reconcile_semantic(
     existing: &[SemanticFact],
     new: &SemanticFact,
     decision: Option<&ReconcileDecision>,
-) -> Result<Reconciliation, PolicyError> {
+) -> Result<Reconciliation, DecisionError> {
     let slot = slot_of(existing, new);
     if slot.is_empty() {
         return Ok(Reconciliation::Insert);
@@ -103,7 +110,7 @@ pub fn reconcile_semantic(
         return Ok(Reconciliation::Coexist);
     };
     if let Some(&index) = d.target_indexes.iter().find(|&&i| i >= slot.len()) {
-        return Err(PolicyError::InvalidIndex {
+        return Err(DecisionError::InvalidIndex {
             index,
             len: slot.len(),
         });
@@ -119,8 +126,8 @@ pub fn reconcile_semantic(
     };
     match d.action {
         ReconcileAction::Coexist => Ok(Reconciliation::Coexist),
-        ReconcileAction::Bump if d.target_indexes.is_empty() => Err(PolicyError::NoTarget),
-        ReconcileAction::Supersede if d.target_indexes.is_empty() => Err(PolicyError::NoTarget),
+        ReconcileAction::Bump if d.target_indexes.is_empty() => Err(DecisionError::NoTarget),
+        ReconcileAction::Supersede if d.target_indexes.is_empty() => Err(DecisionError::NoTarget),
         ReconcileAction::Bump => Ok(Reconciliation::Bump(ids())),
         ReconcileAction::Supersede => Ok(Reconciliation::Supersede(ids())),
     }
@@ -207,11 +214,11 @@ pub enum RuleReconciliation {
 /// outside `0..len` is an error.
 ///
 /// # Errors
-/// [`PolicyError::InvalidIndex`] for a bad index, [`PolicyError::NoTarget`]
-/// for a replace without one.
-pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, PolicyError> {
+/// [`DecisionError::InvalidIndex`] for a bad index,
+/// [`DecisionError::NoTarget`] for a replace without one.
+pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, DecisionError> {
     if let Some(index) = d.target_index.filter(|&i| i >= len) {
-        return Err(PolicyError::InvalidIndex { index, len });
+        return Err(DecisionError::InvalidIndex { index, len });
     }
     if d.confidence == Confidence::Low {
         return Ok(RuleReconciliation::Append);
@@ -220,7 +227,7 @@ pub fn decide_rule(len: usize, d: &RuleDecision) -> Result<RuleReconciliation, P
         (RuleAction::Append, _) => Ok(RuleReconciliation::Append),
         (RuleAction::Skip, i) => Ok(RuleReconciliation::Skip(i)),
         (RuleAction::Replace, Some(i)) => Ok(RuleReconciliation::Replace(i)),
-        (RuleAction::Replace, None) => Err(PolicyError::NoTarget),
+        (RuleAction::Replace, None) => Err(DecisionError::NoTarget),
     }
 }
 
@@ -328,13 +335,13 @@ pub async fn add_rule(
 /// # Errors
 /// [`PolicyError::Backend`] when the store fails.
 pub async fn commit_promotion(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     owner_id: &str,
     promotion: Promotion,
     now: DateTime<Utc>,
 ) -> Result<CommitSummary, PolicyError> {
-    commit_promotion_with(backend, embedder, None, owner_id, promotion, now).await
+    commit_promotion_with(store, embedder, None, owner_id, promotion, now).await
 }
 
 /// Reconciles and writes a promotion.
@@ -349,7 +356,7 @@ pub async fn commit_promotion(
 /// # Errors
 /// [`PolicyError::Backend`] when the store fails.
 pub async fn commit_promotion_with(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     model: Option<&dyn PolicyModel>,
     owner_id: &str,
@@ -357,7 +364,7 @@ pub async fn commit_promotion_with(
     now: DateTime<Utc>,
 ) -> Result<CommitSummary, PolicyError> {
     let mut summary = CommitSummary::default();
-    let mut existing = active_facts(backend, owner_id).await?;
+    let mut existing = active_facts(store, owner_id).await?;
     let mut touched: HashSet<String> = HashSet::new();
     let mut inserts = Vec::new();
     for fact in promotion.facts {
@@ -411,19 +418,19 @@ pub async fn commit_promotion_with(
         _ => None,
     };
     for f in existing.iter().filter(|f| touched.contains(&f.id)) {
-        backend
-            .put(MemoryRecord::from_fact(owner_id, f, None))
-            .await?;
+        upsert(store, &fact_record(owner_id, f, None))
+            .await
+            .map_err(MemoryError::from)?;
     }
     for (i, f) in inserts.iter().enumerate() {
         let emb = vectors.as_ref().and_then(|v| v.get(i).cloned());
-        backend
-            .put(MemoryRecord::from_fact(owner_id, f, emb))
-            .await?;
+        upsert(store, &fact_record(owner_id, f, emb))
+            .await
+            .map_err(MemoryError::from)?;
         summary.facts_inserted += 1;
     }
     if !promotion.rules.is_empty() {
-        let mut profile = load_profile(backend, owner_id).await?;
+        let mut profile = load_profile(store, owner_id).await?;
         for rule in promotion.rules {
             let model = model.filter(|_| summary.model_calls < MAX_RECONCILE_MODEL_CALLS);
             let (outcome, used) = add_rule(&mut profile, rule, model, now).await;
@@ -438,7 +445,7 @@ pub async fn commit_promotion_with(
                 RuleOutcome::Skipped { .. } => summary.rules_skipped += 1,
             }
         }
-        save_profile(backend, owner_id, &profile, now).await?;
+        save_profile(store, owner_id, &profile, now).await?;
     }
     Ok(summary)
 }
@@ -453,7 +460,7 @@ pub async fn commit_promotion_with(
 /// [`PolicyError::Type`] for an invalid rule, [`PolicyError::Backend`] when
 /// the store fails.
 pub async fn commit_now(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     model: Option<&dyn PolicyModel>,
     owner_id: &str,
     candidate: &MemoryCandidate,
@@ -475,10 +482,10 @@ pub async fn commit_now(
         "explicit_user_request",
         now,
     )?;
-    let mut profile = load_profile(backend, owner_id).await?;
+    let mut profile = load_profile(store, owner_id).await?;
     let (outcome, _) = add_rule(&mut profile, rule, model, now).await;
     if !matches!(outcome, RuleOutcome::Skipped { .. }) {
-        save_profile(backend, owner_id, &profile, now).await?;
+        save_profile(store, owner_id, &profile, now).await?;
     }
     Ok(Some(outcome))
 }

@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use opencouch_store::{MemoryRecord, MemoryStore};
 use serde::{Deserialize, Serialize};
 
 use super::index::MemoryIndex;
-use crate::backend::{BackendError, MemoryBackend, MemoryRecord};
+use crate::backend::MemoryError;
 use crate::types::MemoryKind;
 
 /// The records of one semantic namespace with their prepared index.
@@ -39,7 +40,7 @@ pub enum CacheOutcome {
     Hit,
     /// Built from the store and cached.
     Miss,
-    /// Built from the store, not cached (no cache, or no revision).
+    /// Built from the store, not cached (no cache given).
     Off,
 }
 
@@ -72,7 +73,7 @@ struct CacheInner {
 /// Prepared semantic-layer indexes per owner, kept between turns so a turn
 /// costs one revision read plus the search instead of loading and indexing
 /// every fact. An entry is used only while the namespace revision
-/// ([`MemoryBackend::revision`]) is unchanged, so any write or deletion, by
+/// ([`MemoryStore::revision`]) is unchanged, so any write or deletion, by
 /// any process sharing the store, is seen on the next turn. Bounded by a
 /// total record count; the least recently used owners go first.
 pub struct IndexCache {
@@ -213,28 +214,25 @@ async fn build_layer(
 
 /// The semantic layer of an owner, from the cache when it is current.
 pub(super) async fn semantic_layer(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     cache: Option<&IndexCache>,
     owner_id: &str,
     model: Option<(&str, usize)>,
     dense_weight: f64,
-) -> Result<(Arc<IndexedLayer>, CacheOutcome), BackendError> {
-    // The revision is read before the records: a write in between makes
-    // the cached entry look stale next time, never current when it is not.
-    let revision = match cache {
-        Some(_) => backend.revision(owner_id, MemoryKind::Semantic).await?,
-        None => None,
-    };
-    let (Some(cache), Some(revision)) = (cache, revision) else {
-        // No cache, or a backend that keeps no revisions: index afresh.
-        let records = backend.list(owner_id, MemoryKind::Semantic).await?;
+) -> Result<(Arc<IndexedLayer>, CacheOutcome), MemoryError> {
+    let Some(cache) = cache else {
+        // No cache: index afresh.
+        let records = store.list(owner_id, MemoryKind::Semantic).await?;
         let layer = build_layer(records, model, dense_weight).await;
         return Ok((Arc::new(layer), CacheOutcome::Off));
     };
+    // The revision is read before the records: a write in between makes
+    // the cached entry look stale next time, never current when it is not.
+    let revision = store.revision(owner_id, MemoryKind::Semantic).await?;
     if let Some(layer) = cache.get(owner_id, revision, model, dense_weight) {
         return Ok((layer, CacheOutcome::Hit));
     }
-    let records = backend.list(owner_id, MemoryKind::Semantic).await?;
+    let records = store.list(owner_id, MemoryKind::Semantic).await?;
     let layer = Arc::new(build_layer(records, model, dense_weight).await);
     cache.insert(owner_id, revision, model, dense_weight, layer.clone());
     Ok((layer, CacheOutcome::Miss))

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use crate::backend::StoredEmbedding;
+use opencouch_store::Embedding;
 
 /// Why an embedding call failed. Never carries the embedded text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,7 +35,7 @@ pub trait Embedder: Send + Sync {
 pub async fn embed_for_storage(
     embedder: &dyn Embedder,
     texts: &[String],
-) -> Result<Vec<StoredEmbedding>, EmbedError> {
+) -> Result<Vec<Embedding>, EmbedError> {
     let vectors = embedder.embed(texts).await?;
     if vectors.len() != texts.len() {
         return Err(EmbedError(
@@ -44,10 +44,9 @@ pub async fn embed_for_storage(
     }
     Ok(vectors
         .into_iter()
-        .map(|v| StoredEmbedding {
-            dim: v.len(),
-            vector: v,
+        .map(|values| Embedding {
             model: embedder.model_id().to_owned(),
+            values,
         })
         .collect())
 }

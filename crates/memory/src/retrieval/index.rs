@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::scoring::{
     COSINE_THRESHOLD, RRF_K, haystack, primary_text, rrf_fuse_weighted, score_from_counts,
 };
-use crate::backend::StoredEmbedding;
 use crate::text::search_terms;
+use opencouch_store::Embedding;
 
 /// Which lists a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ impl MemoryIndex {
     /// Indexes `(value, embedding)` pairs in insertion order. Vectors of
     /// another model or dimension than `model` (id, dim) are ignored.
     pub fn build<'a>(
-        items: impl IntoIterator<Item = (&'a Value, Option<&'a StoredEmbedding>)>,
+        items: impl IntoIterator<Item = (&'a Value, Option<&'a Embedding>)>,
         model: Option<(&str, usize)>,
     ) -> Self {
         let mut docs = Vec::new();
@@ -213,9 +213,8 @@ impl MemoryIndex {
             total_len += f64::from(weighted_len);
             if let (Some(e), Some((m, d))) = (emb, model)
                 && e.model == m
-                && e.dim == d
-                && e.vector.len() == d
-                && let Some(u) = unit(&e.vector)
+                && e.dim() == d
+                && let Some(u) = unit(&e.values)
             {
                 let (c, scale, l1) = quantize(&u);
                 codes.extend_from_slice(&c);

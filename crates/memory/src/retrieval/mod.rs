@@ -2,8 +2,8 @@
 //! Reciprocal Rank Fusion, with a first-turn catch-up arc.
 //!
 //! The ranking math is pure ([`lexical_score`], [`cosine`], [`rrf_fuse`],
-//! [`MemoryIndex`]); [`retrieve`] wires it to a [`MemoryBackend`](crate::backend::MemoryBackend) and an
-//! optional [`Embedder`].
+//! [`MemoryIndex`]); [`retrieve`] wires it to the store's
+//! [`MemoryStore`](opencouch_store::MemoryStore) and an optional [`Embedder`].
 //!
 //! Layout (each file depends only on the ones above it):
 //! - `embed`: the [`Embedder`] contract;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Duration, Utc};
 use opencouch_core::Diagnostics;
+use opencouch_store::{MemoryRecord, MemoryStore};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -13,7 +14,7 @@ use super::cache::{CacheOutcome, IndexCache, semantic_layer};
 use super::embed::Embedder;
 use super::index::{MemoryIndex, SearchMode};
 use super::scoring::primary_text;
-use crate::backend::{BackendError, MemoryBackend, MemoryRecord, load_profile};
+use crate::backend::{MemoryError, decode_arc, decode_fact, load_profile};
 use crate::types::{MemoryKind, SemanticFact, SessionArc};
 
 /// Semantic candidates searched per list.
@@ -101,7 +102,7 @@ pub struct RetrievalRequest<'a> {
 pub enum RetrievalError {
     /// The store failed.
     #[error(transparent)]
-    Backend(#[from] BackendError),
+    Backend(#[from] MemoryError),
 }
 
 /// Semantic + episodic search results before the procedural profile.
@@ -137,13 +138,13 @@ fn entry(kind: MemoryKind, r: &MemoryRecord, score: f64, is_catch_up: bool) -> W
 /// # Errors
 /// [`RetrievalError::Backend`] when the store fails.
 pub async fn search_layers(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     req: &RetrievalRequest<'_>,
     semantic_keep: usize,
     episodic_keep: usize,
 ) -> Result<LayerHits, RetrievalError> {
-    search_layers_cached(backend, embedder, None, req, semantic_keep, episodic_keep).await
+    search_layers_cached(store, embedder, None, req, semantic_keep, episodic_keep).await
 }
 
 /// Searches the semantic and episodic layers of an owner.
@@ -156,7 +157,7 @@ pub async fn search_layers(
 /// # Errors
 /// [`RetrievalError::Backend`] when the store fails.
 pub async fn search_layers_cached(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     cache: Option<&IndexCache>,
     req: &RetrievalRequest<'_>,
@@ -166,10 +167,10 @@ pub async fn search_layers_cached(
     let model = embedder.map(|e| (e.model_id(), e.dimension()));
     let dense_weight = embedder.map_or(1.0, |e| e.rrf_weight());
     let (semantic, episodic) = tokio::join!(
-        semantic_layer(backend, cache, req.owner_id, model, dense_weight),
-        backend.list(req.owner_id, MemoryKind::Episodic)
+        semantic_layer(store, cache, req.owner_id, model, dense_weight),
+        store.list(req.owner_id, MemoryKind::Episodic)
     );
-    let ((semantic, cache_outcome), episodic) = (semantic?, episodic?);
+    let ((semantic, cache_outcome), episodic) = (semantic?, episodic.map_err(MemoryError::from)?);
     let (semantic_store_size, episodic_store_size) = (semantic.records.len(), episodic.len());
     if semantic.records.is_empty() && episodic.is_empty() {
         return Ok(LayerHits {
@@ -212,9 +213,7 @@ pub async fn search_layers_cached(
     let semantic_entries: Vec<WorkingMemoryEntry> = sem_hits
         .into_iter()
         .filter(|h| {
-            semantic.records[h.index]
-                .as_fact()
-                .is_ok_and(|f: SemanticFact| f.is_active())
+            decode_fact(&semantic.records[h.index]).is_ok_and(|f: SemanticFact| f.is_active())
         })
         .take(semantic_keep)
         .map(|h| {
@@ -231,7 +230,7 @@ pub async fn search_layers_cached(
     let cutoff = req.now - Duration::days(EPISODIC_MAX_AGE_DAYS);
     let arcs: Vec<(&MemoryRecord, SessionArc)> = episodic
         .iter()
-        .filter_map(|r| r.as_arc().ok().map(|a| (r, a)))
+        .filter_map(|r| decode_arc(r).ok().map(|a| (r, a)))
         .filter(|(_, a)| a.user_visible)
         .collect();
     let recent: Vec<&(&MemoryRecord, SessionArc)> =
@@ -291,11 +290,11 @@ pub async fn search_layers_cached(
 /// [`RetrievalError::Backend`] when the store fails. Embedding failures
 /// degrade to token recall.
 pub async fn retrieve(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     req: &RetrievalRequest<'_>,
 ) -> Result<TurnMemory, RetrievalError> {
-    retrieve_cached(backend, embedder, None, req).await
+    retrieve_cached(store, embedder, None, req).await
 }
 
 /// [`retrieve`] with the semantic index taken from `cache` when current.
@@ -304,15 +303,15 @@ pub async fn retrieve(
 /// [`RetrievalError::Backend`] when the store fails. Embedding failures
 /// degrade to token recall.
 pub async fn retrieve_cached(
-    backend: &dyn MemoryBackend,
+    store: &dyn MemoryStore,
     embedder: Option<&dyn Embedder>,
     cache: Option<&IndexCache>,
     req: &RetrievalRequest<'_>,
 ) -> Result<TurnMemory, RetrievalError> {
     let started = Instant::now();
     let hits =
-        search_layers_cached(backend, embedder, cache, req, SEMANTIC_KEEP, EPISODIC_LIMIT).await?;
-    let profile = load_profile(backend, req.owner_id).await?;
+        search_layers_cached(store, embedder, cache, req, SEMANTIC_KEEP, EPISODIC_LIMIT).await?;
+    let profile = load_profile(store, req.owner_id).await?;
     let procedural_rules: Vec<String> = profile.active_rules().map(|r| r.rule.clone()).collect();
 
     let mut diagnostics = Diagnostics::new();

@@ -10,13 +10,12 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chrono::{Duration, Utc};
+use opencouch_store::{Embedding, MemoryBackend as InMemoryStore, MemoryStore};
 use serde_json::Value;
 
 use super::index::{dot, unit};
 use super::*;
-use crate::backend::{
-    BackendError, InMemoryBackend, MemoryBackend, MemoryRecord, StoredEmbedding, save_profile,
-};
+use crate::backend::{arc_record, fact_record, save_profile};
 use crate::text::meaningful_tokens;
 use crate::types::*;
 
@@ -251,15 +250,12 @@ fn arc(summary: &str, themes: &[&str], days_ago: i64) -> SessionArc {
     .unwrap()
 }
 
-async fn put_fact(b: &InMemoryBackend, f: &SemanticFact) {
-    let e = StoredEmbedding {
-        vector: fake_vec(&f.evidence_quote),
+async fn put_fact(b: &InMemoryStore, f: &SemanticFact) {
+    let e = Embedding {
         model: "fake".into(),
-        dim: FAKE_DIM,
+        values: fake_vec(&f.evidence_quote),
     };
-    b.put(MemoryRecord::from_fact("u", f, Some(e)))
-        .await
-        .unwrap();
+    b.put(&fact_record("u", f, Some(e))).await.unwrap();
 }
 
 fn req(q: &str, first: bool) -> RetrievalRequest<'_> {
@@ -273,7 +269,7 @@ fn req(q: &str, first: bool) -> RetrievalRequest<'_> {
 
 #[tokio::test]
 async fn empty_store_skips_without_embedding() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let e = FakeEmbedder {
         calls: AtomicUsize::new(0),
         fail: false,
@@ -292,7 +288,7 @@ async fn empty_store_skips_without_embedding() {
 
 #[tokio::test]
 async fn paths_and_diagnostics() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     put_fact(&b, &fact("I get anxious before job interviews")).await;
     put_fact(&b, &fact("My sister Sarah lives in Leeds")).await;
     let ok = FakeEmbedder {
@@ -340,7 +336,7 @@ async fn paths_and_diagnostics() {
 
 #[tokio::test]
 async fn keeps_five_active_facts_and_skips_inactive() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     for i in 0..8 {
         let mut f = fact(&format!("work stress deadline number {i}"));
         if i == 0 {
@@ -362,12 +358,12 @@ async fn keeps_five_active_facts_and_skips_inactive() {
 
 #[tokio::test]
 async fn first_turn_catch_up_without_duplicates() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let old = arc("Talked about exam stress and sleep", &["exams"], 3);
     let latest = arc("Talked about a fight with my brother", &["family"], 1);
     let stale = arc("Talked about exam results long ago", &["exams"], 45);
     for a in [&old, &latest, &stale] {
-        b.put(MemoryRecord::from_arc("u", a, None)).await.unwrap();
+        b.put(&arc_record("u", a, None)).await.unwrap();
     }
     // Not matching the query: catch-up is still injected, first.
     let m = retrieve(&b, None, &req("exam stress again", true))
@@ -405,7 +401,7 @@ async fn first_turn_catch_up_without_duplicates() {
 
 #[tokio::test]
 async fn procedural_profile_always_loaded() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     put_fact(&b, &fact("unrelated")).await;
     let rule = ProceduralRule::new(
         "You prefer short answers.",
@@ -434,35 +430,7 @@ async fn procedural_profile_always_loaded() {
     assert_eq!(m.diagnostics.get("procedural_count"), Some(&Value::from(1)));
 }
 
-/// A backend that keeps no revision (nothing may be cached).
-struct NoRevision(InMemoryBackend);
-
-#[async_trait]
-impl MemoryBackend for NoRevision {
-    async fn list(
-        &self,
-        owner_id: &str,
-        kind: MemoryKind,
-    ) -> Result<Vec<MemoryRecord>, BackendError> {
-        self.0.list(owner_id, kind).await
-    }
-    async fn put(&self, record: MemoryRecord) -> Result<(), BackendError> {
-        self.0.put(record).await
-    }
-    async fn update(&self, record: MemoryRecord) -> Result<bool, BackendError> {
-        self.0.update(record).await
-    }
-    async fn delete(
-        &self,
-        owner_id: &str,
-        kind: MemoryKind,
-        id: &str,
-    ) -> Result<bool, BackendError> {
-        self.0.delete(owner_id, kind, id).await
-    }
-}
-
-async fn cached(b: &dyn MemoryBackend, cache: &IndexCache, q: &str) -> TurnMemory {
+async fn cached(b: &dyn MemoryStore, cache: &IndexCache, q: &str) -> TurnMemory {
     retrieve_cached(b, None, Some(cache), &req(q, false))
         .await
         .unwrap()
@@ -474,7 +442,7 @@ fn cache_state(m: &TurnMemory) -> Option<&str> {
 
 #[tokio::test]
 async fn index_cache_follows_every_write() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let cache = IndexCache::default();
     let anxious = fact("I get anxious before job interviews");
     put_fact(&b, &anxious).await;
@@ -498,27 +466,19 @@ async fn index_cache_follows_every_write() {
     let m = cached(&b, &cache, "job interviews").await;
     assert_eq!(cache_state(&m), Some("miss"));
     assert!(m.working_memory.iter().all(|e| e.key != anxious.id));
-    // Without the cache, or without a revision, nothing is cached.
+    // Without the cache nothing is cached.
     let m = retrieve(&b, None, &req("job", false)).await.unwrap();
     assert_eq!(cache_state(&m), Some("off"));
-    let plain = NoRevision(InMemoryBackend::new());
-    put_fact(&plain.0, &fact("job interviews")).await;
-    let fresh = IndexCache::default();
-    let m = cached(&plain, &fresh, "job interviews").await;
-    assert_eq!(cache_state(&m), Some("off"));
-    assert!(fresh.is_empty());
 }
 
 #[tokio::test]
 async fn index_cache_is_per_owner_and_bounded() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let cache = IndexCache::new(3);
     for owner in ["a", "b"] {
         for i in 0..2 {
             let f = fact(&format!("work stress {owner} {i}"));
-            b.put(MemoryRecord::from_fact(owner, &f, None))
-                .await
-                .unwrap();
+            b.put(&fact_record(owner, &f, None)).await.unwrap();
         }
     }
     let ask = |owner: &'static str| {
@@ -557,15 +517,13 @@ async fn index_cache_is_per_owner_and_bounded() {
 fn index_skips_vectors_of_other_models() {
     let v1 = serde_json::json!({"text": "alpha beta"});
     let v2 = serde_json::json!({"text": "gamma delta"});
-    let e_ok = StoredEmbedding {
-        vector: vec![1.0, 0.0],
+    let e_ok = Embedding {
         model: "m".into(),
-        dim: 2,
+        values: vec![1.0, 0.0],
     };
-    let e_other = StoredEmbedding {
-        vector: vec![1.0, 0.0],
+    let e_other = Embedding {
         model: "other".into(),
-        dim: 2,
+        values: vec![1.0, 0.0],
     };
     let idx = MemoryIndex::build([(&v1, Some(&e_other)), (&v2, Some(&e_ok))], Some(("m", 2)));
     let dense = idx.dense_ranking(&[1.0, 0.1], 10);
@@ -601,12 +559,11 @@ fn dense_index(vectors: &[Vec<f32>]) -> MemoryIndex {
     let values: Vec<Value> = (0..vectors.len())
         .map(|i| serde_json::json!({"text": format!("record {i}")}))
         .collect();
-    let embs: Vec<StoredEmbedding> = vectors
+    let embs: Vec<Embedding> = vectors
         .iter()
-        .map(|v| StoredEmbedding {
-            vector: v.clone(),
+        .map(|v| Embedding {
             model: "m".into(),
-            dim,
+            values: v.clone(),
         })
         .collect();
     MemoryIndex::build(values.iter().zip(embs.iter().map(Some)), Some(("m", dim)))

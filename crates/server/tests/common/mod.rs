@@ -143,9 +143,8 @@ pub async fn seed_arc_with(
     closed: &str,
     exercises: &[&str],
 ) {
-    use opencouch_memory::MemoryBackend as _;
     use opencouch_memory::types::NewSessionArc;
-    use opencouch_memory::{MemoryRecord, MoodArc, SessionArc};
+    use opencouch_memory::{MoodArc, SessionArc};
     let now = chrono::Utc::now();
     let started = now - chrono::Duration::days(days_ago);
     let mut arc = SessionArc::new(
@@ -170,10 +169,15 @@ pub async fn seed_arc_with(
     )
     .unwrap();
     arc.exercises_completed = exercises.iter().map(|e| e.to_string()).collect();
-    let backend =
-        opencouch_runtime::memory::backend(state.runtime(MemoryMode::Persistent).memory_ports());
-    backend
-        .put(MemoryRecord::from_arc(owner, &arc, None))
-        .await
-        .unwrap();
+    let store = state
+        .runtime(MemoryMode::Persistent)
+        .stores()
+        .memory
+        .as_ref();
+    opencouch_memory::backend::upsert(
+        store,
+        &opencouch_memory::backend::arc_record(owner, &arc, None),
+    )
+    .await
+    .unwrap();
 }

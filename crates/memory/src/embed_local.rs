@@ -35,11 +35,28 @@
 //!
 //! **Weights** are read from `model.safetensors` tensor by tensor straight
 //! into the buffers the model keeps (no copy of the whole 90 MB file on the
-//! heap beside them; the workspace forbids `unsafe`, so no memory map).
+//! heap beside them; the workspace forbids `unsafe`, so no memory map). The
+//! weights of the linear layers are stored transposed, so that the
+//! matrix products of short inputs run on a contiguous right-hand side
+//! instead of re-packing a strided one on every call: the same products in
+//! the same order (bit-identical vectors), two to three times faster per
+//! product up to about twenty tokens, on a par from about 160.
+//!
+//! **Threads.** Short inputs (at most [`SINGLE_THREAD_MAX_TOKENS`] tokens in
+//! the batch) run on one thread, at most one per core at a time: spreading
+//! such small products over the cores costs more CPU than it saves time.
+//! Longer batches use all cores.
+//!
+//! **One embedding per message and turn.** [`LocalEmbedder::remember`]
+//! keeps the last few message vectors (in memory, keyed by a hash of the
+//! text) so that memory retrieval reuses the crisis gate's embedding of the
+//! same message instead of computing it again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -62,6 +79,11 @@ pub const MAX_TOKENS: usize = 256;
 pub const BATCH_SIZE: usize = 32;
 /// The weight of MiniLM's ranking in the fusion (the lexical list weighs 1).
 pub const RRF_WEIGHT: f64 = 0.5;
+/// Batches of at most this many tokens (texts × padded length) are embedded
+/// on one thread; larger ones use every core.
+pub const SINGLE_THREAD_MAX_TOKENS: usize = 256;
+/// How many recent message vectors [`LocalEmbedder::remember`] keeps.
+pub const RECENT_VECTORS: usize = 16;
 /// Environment variable naming the model directory.
 pub const MODEL_DIR_ENV: &str = "OPENCOUCH_EMBEDDING_MODEL_DIR";
 /// The Python package that ships the model files.
@@ -292,10 +314,15 @@ struct ModelFiles {
 struct Shared {
     files: ModelFiles,
     model: OnceLock<Result<Model, String>>,
+    /// Recent vectors by a keyed hash of their text (see [`LocalEmbedder::remember`]).
+    recent: Mutex<VecDeque<(u64, Vec<f32>)>>,
+    hasher: std::hash::RandomState,
+    /// Batches run through the model.
+    batches: AtomicU64,
 }
 
-/// all-MiniLM-L6-v2 on CPU. Cheap to clone: clones share the files and the
-/// model (loaded once, on first use).
+/// all-MiniLM-L6-v2 on CPU. Cheap to clone: clones share the files, the
+/// model (loaded once, on first use) and the recent vectors.
 #[derive(Clone)]
 pub struct LocalEmbedder {
     shared: Arc<Shared>,
@@ -417,6 +444,12 @@ struct WeightReader<'a> {
     file: Mutex<std::fs::File>,
 }
 
+/// Whether `name` is the weight matrix of a linear layer (every 2-D
+/// `*.weight` except the embedding tables, which are looked up by row).
+fn is_linear_weight(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 2 && name.ends_with(".weight") && !name.contains("embeddings")
+}
+
 impl WeightReader<'_> {
     fn read_bytes(&self, entry: &TensorEntry) -> candle_core::Result<Vec<u8>> {
         let len = usize::try_from(entry.end - entry.start).map_err(candle_core::Error::wrap)?;
@@ -433,11 +466,21 @@ impl WeightReader<'_> {
     }
 
     /// An F32 tensor, read in slices and decoded straight into its final
-    /// buffer.
-    fn tensor_f32(&self, entry: &TensorEntry, dev: &Device) -> candle_core::Result<Tensor> {
+    /// buffer; a linear layer's weight is written transposed on the way.
+    fn tensor_f32(
+        &self,
+        name: &str,
+        entry: &TensorEntry,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
         const SLICE: usize = 1 << 20;
         let total = usize::try_from(entry.end - entry.start).map_err(candle_core::Error::wrap)?;
         let elems = total / 4;
+        let transpose = is_linear_weight(name, &entry.shape);
+        let (rows, cols) = match entry.shape.as_slice() {
+            [r, c] => (*r, *c),
+            _ => (1, elems),
+        };
         let mut out = vec![0f32; elems];
         let mut buf = vec![0u8; SLICE.min(total)];
         let mut file = self
@@ -454,13 +497,26 @@ impl WeightReader<'_> {
             let values = buf[..n * 4]
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-            for (slot, v) in out[done..done + n].iter_mut().zip(values) {
-                *slot = v;
+            if transpose {
+                for (i, v) in (done..done + n).zip(values) {
+                    out[(i % cols) * rows + i / cols] = v;
+                }
+            } else {
+                for (slot, v) in out[done..done + n].iter_mut().zip(values) {
+                    *slot = v;
+                }
             }
             done += n;
         }
         drop(file);
-        Tensor::from_vec(out, entry.shape.as_slice(), dev)
+        if transpose {
+            // Keep Wᵀ contiguous and hand out its transposed view: the layer
+            // computes x · Wᵀ from `weight.t()`, which is then the contiguous
+            // matrix (see the module docs).
+            Tensor::from_vec(out, (cols, rows), dev)?.t()
+        } else {
+            Tensor::from_vec(out, entry.shape.as_slice(), dev)
+        }
     }
 
     fn tensor(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
@@ -471,7 +527,7 @@ impl WeightReader<'_> {
             .bt()
         })?;
         let tensor = if entry.dtype == DType::F32 {
-            self.tensor_f32(entry, dev)?
+            self.tensor_f32(name, entry, dev)?
         } else {
             let bytes = self.read_bytes(entry)?;
             Tensor::from_raw_buffer(&bytes, entry.dtype, &entry.shape, dev)?
@@ -559,6 +615,61 @@ impl ModelFiles {
     }
 }
 
+/// One permit per core for single-threaded embeddings: more at once would
+/// only share the cores (every embedding slower), so later ones wait their
+/// turn instead.
+struct CorePermits {
+    free: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl CorePermits {
+    fn get() -> &'static CorePermits {
+        static PERMITS: OnceLock<CorePermits> = OnceLock::new();
+        PERMITS.get_or_init(|| CorePermits {
+            free: Mutex::new(std::thread::available_parallelism().map_or(1, usize::from)),
+            freed: std::sync::Condvar::new(),
+        })
+    }
+
+    fn acquire(&'static self) -> CorePermit {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        CorePermit(self)
+    }
+}
+
+struct CorePermit(&'static CorePermits);
+
+impl Drop for CorePermit {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// Runs `f` on a one-thread rayon pool of the calling thread, so the
+/// matrix products inside stay on one core (candle splits them over the
+/// global pool otherwise). Each calling thread has its own pool, and at
+/// most one such embedding per core runs at a time ([`CorePermits`]).
+fn on_one_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    thread_local! {
+        static POOL: Option<rayon::ThreadPool> = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "opencouch-embed".to_owned())
+            .build()
+            .ok();
+    }
+    let _permit = CorePermits::get().acquire();
+    POOL.with(|pool| match pool {
+        Some(pool) => pool.install(f),
+        None => f(),
+    })
+}
+
 impl LocalEmbedder {
     /// Checks the model files in `dir` (config, weight-file header,
     /// tokenizer present) without loading anything heavy; the model loads on
@@ -571,6 +682,9 @@ impl LocalEmbedder {
             shared: Arc::new(Shared {
                 files: ModelFiles::check(dir)?,
                 model: OnceLock::new(),
+                recent: Mutex::new(VecDeque::with_capacity(RECENT_VECTORS)),
+                hasher: std::hash::RandomState::new(),
+                batches: AtomicU64::new(0),
             }),
         })
     }
@@ -597,6 +711,11 @@ impl LocalEmbedder {
     /// The model directory.
     pub fn dir(&self) -> &Path {
         &self.shared.files.dir
+    }
+
+    /// How many batches the model has embedded so far (all clones together).
+    pub fn batches(&self) -> u64 {
+        self.shared.batches.load(Ordering::Relaxed)
     }
 
     /// Whether the model is loaded, not yet, or failed to.
@@ -636,6 +755,35 @@ impl LocalEmbedder {
             .map_err(|e| LocalEmbedError::Unavailable(e.clone()))
     }
 
+    /// Keeps `vector` as the embedding of `text` for a later
+    /// [`Embedder::embed`] of exactly that text (one message is embedded
+    /// once per turn: by the crisis gate, then reused by memory retrieval).
+    /// In memory only, keyed by a per-process keyed hash of the text; the
+    /// text itself is not kept. The last [`RECENT_VECTORS`] are kept.
+    pub fn remember(&self, text: &str, vector: &[f32]) {
+        let key = self.shared.hasher.hash_one(text);
+        if let Ok(mut recent) = self.shared.recent.lock() {
+            if recent.iter().any(|(k, _)| *k == key) {
+                return;
+            }
+            if recent.len() == RECENT_VECTORS {
+                recent.pop_front();
+            }
+            recent.push_back((key, vector.to_vec()));
+        }
+    }
+
+    /// The vector [`LocalEmbedder::remember`] kept for `text`, if any.
+    pub fn recall(&self, text: &str) -> Option<Vec<f32>> {
+        let key = self.shared.hasher.hash_one(text);
+        let recent = self.shared.recent.lock().ok()?;
+        recent
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    }
+
     /// Embeds texts synchronously (CPU-bound; loads the model on first use),
     /// in length-sorted batches of 32; the output follows the input order.
     ///
@@ -653,6 +801,7 @@ impl LocalEmbedder {
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         for chunk in order.chunks(BATCH_SIZE) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
+            self.shared.batches.fetch_add(1, Ordering::Relaxed);
             for (&i, v) in chunk.iter().zip(model.embed_batch(batch)?) {
                 out[i] = v;
             }
@@ -667,7 +816,13 @@ impl Model {
             .tokenizer
             .encode_batch(texts, true)
             .map_err(|e| LocalEmbedError::Tokenizer(e.to_string()))?;
-        self.forward(&enc)
+        let tokens = enc.len() * enc.first().map_or(0, |e| e.len());
+        tracing::trace!(texts = enc.len(), tokens, "embedding batch");
+        if tokens <= SINGLE_THREAD_MAX_TOKENS {
+            on_one_thread(|| self.forward(&enc))
+        } else {
+            self.forward(&enc)
+        }
     }
 
     fn forward(&self, enc: &[tokenizers::Encoding]) -> Result<Vec<Vec<f32>>, LocalEmbedError> {
@@ -699,6 +854,15 @@ impl Model {
 #[async_trait]
 impl Embedder for LocalEmbedder {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // A message the crisis gate embedded this turn is not embedded again.
+        if !texts.is_empty()
+            && let Some(all) = texts
+                .iter()
+                .map(|t| self.recall(t))
+                .collect::<Option<Vec<_>>>()
+        {
+            return Ok(all);
+        }
         let me = self.clone();
         let texts = texts.to_vec();
         tokio::task::spawn_blocking(move || me.embed_sync(&texts))
@@ -852,8 +1016,33 @@ mod tests {
         assert!(e.embed_sync(&[]).unwrap().is_empty());
     }
 
+    #[tokio::test]
+    async fn remembered_vectors_answer_exact_texts_only() {
+        let scratch = Scratch::new("recent");
+        let dir = scratch.0.join("model");
+        unloadable_model(&dir);
+        let e = LocalEmbedder::open(&dir).expect("the files pass the check");
+        e.remember("I feel tired today", &[0.5, 0.5]);
+        assert_eq!(e.recall("I feel tired today"), Some(vec![0.5, 0.5]));
+        assert_eq!(e.recall("I feel tired today "), None);
+        // The memory path reuses it without loading the model…
+        let got = Embedder::embed(&e, &["I feel tired today".to_owned()])
+            .await
+            .expect("remembered");
+        assert_eq!(got, vec![vec![0.5, 0.5]]);
+        assert_eq!(e.state(), LoadState::NotLoaded);
+        // …and any text it does not hold needs the model (here: fails).
+        let texts = ["I feel tired today".to_owned(), "another".to_owned()];
+        assert!(Embedder::embed(&e, &texts).await.is_err());
+        for i in 0..RECENT_VECTORS {
+            e.remember(&format!("message {i}"), &[i as f32]);
+        }
+        assert_eq!(e.recall("I feel tired today"), None, "oldest dropped");
+        assert_eq!(e.recall("message 0"), Some(vec![0.0]));
+    }
+
     /// The model loaded the way candle's own loader does (the whole file on
-    /// the heap), for comparison.
+    /// the heap, weights as stored), for comparison.
     fn reference_model(dir: &Path) -> Model {
         let files = ModelFiles::check(dir).expect("files");
         let mut model = files.load().expect("model loads");
@@ -876,7 +1065,7 @@ mod tests {
             "I feel hopeless and want to give up",
             "Work has been really stressful lately. I can't sleep. My friends stopped calling.",
         ];
-        // One text, a short batch and a long one.
+        // One text, a short batch (one thread) and a long batch (all cores).
         let long =
             "I keep replaying the argument with my sister in my head every night. ".repeat(12);
         let batches: Vec<Vec<&str>> = vec![

@@ -220,6 +220,14 @@ impl SemanticSignal {
             .embedder
             .embed_sync(&texts)
             .map_err(|e| e.to_string())?;
+        // The first chunk is the whole message (whitespace runs collapsed):
+        // when that is the message as sent, memory retrieval later in the
+        // turn reuses its vector instead of embedding the message again.
+        if let (Some(first), Some(text)) = (vectors.first(), texts.first())
+            && text == message
+        {
+            self.embedder.remember(message, first);
+        }
         let score = index.score(&vectors);
         Ok(SemanticOutcome {
             level: score.level(),

@@ -212,3 +212,61 @@ async fn a_runtime_starts_without_loading_the_model_and_reports_its_state() {
     .expect("turn");
     assert_eq!(rt.semantic_status().map(|s| s.label()), Some("loaded"));
 }
+
+#[tokio::test]
+async fn memory_retrieval_reuses_the_gates_embedding_of_the_message() {
+    use opencouch_memory::backend::MemoryBackend as _;
+    use opencouch_memory::types::{NewFact, WriteTiming};
+    use opencouch_memory::{EntityRef, EntityType, FactCategory, Predicate, SemanticFact};
+    let Some(dir) = opencouch_memory::embed_local::find_model_dir() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    // A path of its own, so no other test shares (and counts on) this handle.
+    let link = scratch.path().join("model");
+    std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+    let dir = link;
+    let rt = Runtime::from_settings(&settings(&dir, scratch.path()), MemoryMode::Persistent)
+        .await
+        .expect("runtime");
+    let fact = SemanticFact::new(
+        NewFact {
+            category: FactCategory::Relationship,
+            subject: EntityRef::user(),
+            predicate: Predicate::Knows,
+            object: EntityRef::new(EntityType::Person, "Sam").expect("entity"),
+            evidence_quote: "my friend Sam".into(),
+            confidence: 0.9,
+            source_session_id: None,
+            source_turn_index: None,
+            write_timing: WriteTiming::Promotion,
+            write_reason: "test".into(),
+        },
+        chrono::Utc::now(),
+    )
+    .expect("fact");
+    opencouch_runtime::memory::StoreBackend::new(rt.stores().memory.clone())
+        .put(opencouch_memory::MemoryRecord::from_fact("t3", &fact, None))
+        .await
+        .expect("put");
+    let model = opencouch_runtime::embeddings::shared_local(&dir).expect("model handle");
+    let before = model.batches();
+    let out = rt
+        .run_turn(AgentInput::new(
+            "t3",
+            "I had a long talk with Sam about work today",
+        ))
+        .await
+        .expect("turn");
+    assert_eq!(
+        out.diagnostics.get_str("retrieval_path"),
+        Some("hybrid_rrf"),
+        "{:?}",
+        out.diagnostics
+    );
+    assert_eq!(
+        model.batches() - before,
+        1,
+        "the message is embedded once: by the gate, then reused by retrieval"
+    );
+}

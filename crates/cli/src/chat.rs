@@ -15,6 +15,7 @@ use opencouch_config::Settings;
 use opencouch_core::{
     AgentInput, AgentOutput, Channel, MemoryMode, ResponseType, RuntimeMode, StreamEvent,
 };
+use opencouch_runtime::semantic::SemanticStatus;
 use opencouch_runtime::service::TargetKind;
 use opencouch_runtime::{EndSessionOutcome, Runtime, Service};
 use opencouch_store::{FeedbackLabel, FeedbackSource};
@@ -156,6 +157,21 @@ impl Session {
     }
 }
 
+/// The semantic signal's part of the `/status` crisis-gate line.
+fn semantic_status_line(status: Option<SemanticStatus>) -> String {
+    match status {
+        Some(SemanticStatus::NotLoaded(_)) => {
+            " + semantic signal (local embeddings; the model loads with the first message)"
+                .to_owned()
+        }
+        Some(SemanticStatus::On(_)) => " + semantic signal (local embeddings, loaded)".to_owned(),
+        Some(SemanticStatus::Failed(why)) => format!("; semantic signal off ({why})"),
+        Some(SemanticStatus::ModelMissing) | None => {
+            "; semantic signal off (run `opencouch models install`)".to_owned()
+        }
+    }
+}
+
 fn print_crisis_panel(output: &AgentOutput) -> std::io::Result<()> {
     let width = 72;
     let bar = "━".repeat(width);
@@ -270,11 +286,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                     outln!("storage      {}", session.service.storage_label())?;
                     outln!(
                         "crisis gate  deterministic layers{}{}",
-                        if session.service.semantic_signal() {
-                            " + semantic signal (local embeddings)"
-                        } else {
-                            "; semantic signal off (run `opencouch models install`)"
-                        },
+                        semantic_status_line(session.service.semantic_status()),
                         if session.service.mode() == opencouch_core::RuntimeMode::Hybrid {
                             " + model"
                         } else {

@@ -100,7 +100,18 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
     let semantic = match args.semantic {
         SemanticChoice::Off => None,
         choice => match SemanticSignal::from_settings(settings) {
-            (Some(s), _) => Some(s),
+            // Loaded up front, so a model that fails to load is reported
+            // here (and `auto` evaluates without it) rather than mid-run.
+            (Some(s), _) => match s.load_now() {
+                Ok(()) => Some(s),
+                Err(e) if choice == SemanticChoice::On => {
+                    bail!("semantic signal requested but the model failed to load: {e}")
+                }
+                Err(e) => {
+                    eprintln!("semantic signal off: the model failed to load: {e}");
+                    None
+                }
+            },
             (None, status) if choice == SemanticChoice::On => {
                 bail!("semantic signal requested but {}", status.describe())
             }

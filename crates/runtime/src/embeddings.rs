@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use opencouch_config::Settings;
 use opencouch_llm::{EmbeddingProvider, EmbeddingsConfig, OpenAiEmbeddings};
-use opencouch_memory::embed_local::{ModelLocation, locate_model};
+use opencouch_memory::embed_local::{LocalEmbedder, ModelLocation, locate_model};
 use opencouch_memory::{EmbedError, Embedder};
 
 use crate::ports::EmbedderHandle;
@@ -70,13 +70,39 @@ pub fn local_dir(settings: &Settings) -> Option<std::path::PathBuf> {
     local_model(settings).map(|found| found.dir)
 }
 
-/// Builds the provider (see the module docs). Load errors are logged and
-/// fall through to the next option.
+/// The local model in `dir`, checked but not loaded, as one handle per
+/// directory and process: the crisis gate's semantic signal and memory
+/// retrieval of every runtime in the process (a server's persistent and
+/// incognito runtimes, a chat that switches modes) share one lazily loaded
+/// copy of the weights.
+///
+/// # Errors
+/// The files are missing or fail their check (see
+/// [`LocalEmbedder::open`]); nothing is cached then.
+pub fn shared_local(dir: &std::path::Path) -> Result<LocalEmbedder, String> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    static OPENED: LazyLock<Mutex<HashMap<std::path::PathBuf, LocalEmbedder>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let mut map = OPENED
+        .lock()
+        .map_err(|_| "model cache poisoned".to_owned())?;
+    if let Some(e) = map.get(dir) {
+        return Ok(e.clone());
+    }
+    let e = LocalEmbedder::open(dir).map_err(|e| e.to_string())?;
+    map.insert(dir.to_path_buf(), e.clone());
+    Ok(e)
+}
+
+/// Builds the provider (see the module docs). The local model is checked
+/// here and loaded on first use; a check failure is logged and falls
+/// through to the next option.
 pub fn from_settings(settings: &Settings) -> Option<EmbedderHandle> {
     if let Some(dir) = local_dir(settings) {
-        match opencouch_memory::embed_local::LocalEmbedder::load(&dir) {
+        match shared_local(&dir) {
             Ok(local) => return Some(Arc::new(local)),
-            Err(e) => tracing::warn!(error = %e, "local embedding model could not be loaded"),
+            Err(e) => tracing::warn!(error = %e, "local embedding model files failed their check"),
         }
     }
     let model = settings.embedding_model.clone()?;

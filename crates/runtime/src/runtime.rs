@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     pub(crate) gate: CrisisGate,
     /// What the stages get: the model and the memory side.
     pub(crate) ports: Ports,
+    /// The gate's semantic signal, kept here too for status reports.
+    pub(crate) semantic: Option<Arc<crate::semantic::SemanticSignal>>,
     /// In-flight background memory extraction.
     pub(crate) extractor: Extractor,
 }
@@ -156,11 +158,17 @@ impl Runtime {
             model: ModelPort::new(model, opts.model_timeout),
             memory,
         };
-        Runtime::assemble(opts, stores, gate, ports)
+        Runtime::assemble(opts, stores, gate, ports, None)
     }
 
     /// The runtime over these parts (the extraction registry is new).
-    fn assemble(opts: RuntimeOptions, stores: Stores, gate: CrisisGate, ports: Ports) -> Self {
+    fn assemble(
+        opts: RuntimeOptions,
+        stores: Stores,
+        gate: CrisisGate,
+        ports: Ports,
+        semantic: Option<Arc<crate::semantic::SemanticSignal>>,
+    ) -> Self {
         let extractor = Extractor {
             jobs: Arc::default(),
             stores: stores.clone(),
@@ -173,6 +181,7 @@ impl Runtime {
                 gate,
                 ports,
                 extractor,
+                semantic,
             }),
         }
     }
@@ -186,14 +195,23 @@ impl Runtime {
         Runtime::assemble(
             i.opts.clone(),
             i.stores.clone(),
-            i.gate.clone().with_semantic(signal),
+            i.gate.clone().with_semantic(signal.clone()),
             ports,
+            Some(signal),
         )
     }
 
-    /// Whether the crisis gate's semantic signal is on.
+    /// Where the crisis gate's semantic signal stands; `None` when the
+    /// runtime has none (the model is not installed or its files failed
+    /// their check at start-up).
+    pub fn semantic_status(&self) -> Option<crate::semantic::SemanticStatus> {
+        self.inner.semantic.as_ref().map(|s| s.status())
+    }
+
+    /// Whether the crisis gate's semantic signal is on: attached, and its
+    /// model loaded or not loaded yet (a failed load turns it off).
     pub fn semantic_on(&self) -> bool {
-        self.inner.gate.has_semantic()
+        self.semantic_status().is_some_and(|s| s.is_on())
     }
 
     /// Attaches an embedding provider for hybrid memory retrieval (ignored
@@ -203,7 +221,13 @@ impl Runtime {
         let mut ports = i.ports.clone();
         ports.memory.embedder = (!ports.memory.incognito()).then_some(embedder);
         ports.memory.index_cache = Arc::default();
-        Runtime::assemble(i.opts.clone(), i.stores.clone(), i.gate.clone(), ports)
+        Runtime::assemble(
+            i.opts.clone(),
+            i.stores.clone(),
+            i.gate.clone(),
+            ports,
+            i.semantic.clone(),
+        )
     }
 
     /// Builds the runtime the settings describe: SQLite (default) or
@@ -221,8 +245,9 @@ impl Runtime {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }
         };
-        // The local model is loaded once and shared by the crisis gate's
-        // semantic signal and memory retrieval.
+        // The local model is checked here, loaded on first use (once per
+        // process) and shared by the crisis gate's semantic signal and
+        // memory retrieval.
         let (semantic, _status) = crate::semantic::SemanticSignal::from_settings(settings);
         let embedder = match &semantic {
             Some(s) => Some(Arc::new(s.embedder().clone()) as EmbedderHandle),

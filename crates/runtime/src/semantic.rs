@@ -10,22 +10,32 @@
 //!
 //! The signal may raise a level and never lowers one; the gate applies it
 //! after the deterministic classifier and before any model.
+//!
+//! **Loaded on first use.** Building the signal only checks the model files;
+//! the weights, the tokenizer and the exemplar index load with the first
+//! message that reaches the signal (once per process, shared with memory
+//! retrieval), so a runtime starts in milliseconds. When that load fails the
+//! gate goes on without the signal, exactly as when the model is not
+//! installed, and [`SemanticSignal::status`] says so.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opencouch_config::Settings;
-use opencouch_memory::embed_local::LocalEmbedder;
+use opencouch_memory::embed_local::{LoadState, LocalEmbedder};
 use opencouch_safety::semantic::{SemanticIndex, SemanticScore, chunks};
 
 /// Upper bound for one message's embeddings on the request path.
 pub const SEMANTIC_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The local embedder and the exemplar index.
+/// Upper bound for loading the model on the first message (not counted in
+/// [`SEMANTIC_TIMEOUT`], so a slow first load does not skip the signal).
+pub const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The local embedder and the exemplar index (both loaded on first use).
 #[derive(Clone)]
 pub struct SemanticSignal {
     embedder: LocalEmbedder,
-    index: &'static SemanticIndex,
 }
 
 /// What the signal said about one message.
@@ -37,25 +47,6 @@ pub struct SemanticOutcome {
     pub level: u8,
     /// Time spent embedding and scoring.
     pub elapsed_ms: f64,
-}
-
-/// Loads the model from `dir` once per process: the persistent and the
-/// incognito runtime of one server (and a chat that switches modes) share
-/// one copy of the weights.
-fn load_shared(dir: &std::path::Path) -> Result<LocalEmbedder, String> {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-    static LOADED: LazyLock<Mutex<HashMap<std::path::PathBuf, LocalEmbedder>>> =
-        LazyLock::new(|| Mutex::new(HashMap::new()));
-    let mut map = LOADED
-        .lock()
-        .map_err(|_| "model cache poisoned".to_owned())?;
-    if let Some(e) = map.get(dir) {
-        return Ok(e.clone());
-    }
-    let e = LocalEmbedder::load(dir).map_err(|e| e.to_string())?;
-    map.insert(dir.to_path_buf(), e.clone());
-    Ok(e)
 }
 
 /// Embeds texts sorted by length so each batch pads to similar lengths
@@ -75,10 +66,13 @@ pub fn embed_by_length(
     Ok(out)
 }
 
-/// Why the signal is off, for `opencouch config` and `/status`.
+/// Where the signal stands, for `opencouch config`, `/status` and
+/// `/api/health`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SemanticStatus {
-    /// On, with the model directory used.
+    /// On; the model (at this directory) loads with the first message.
+    NotLoaded(std::path::PathBuf),
+    /// On, with the model loaded from this directory.
     On(std::path::PathBuf),
     /// The local model files are not installed.
     ModelMissing,
@@ -90,8 +84,14 @@ impl SemanticStatus {
     /// One line for status displays.
     pub fn describe(&self) -> String {
         match self {
+            SemanticStatus::NotLoaded(dir) => format!(
+                "on (local all-MiniLM-L6-v2 at {}, loads with the first message; may raise a \
+                 crisis level, never lowers one)",
+                dir.display()
+            ),
             SemanticStatus::On(dir) => format!(
-                "on (local all-MiniLM-L6-v2 at {}; may raise a crisis level, never lowers one)",
+                "on (local all-MiniLM-L6-v2 at {}, loaded; may raise a crisis level, never lowers \
+                 one)",
                 dir.display()
             ),
             SemanticStatus::ModelMissing => {
@@ -102,17 +102,41 @@ impl SemanticStatus {
         }
     }
 
-    /// Whether the signal is on.
+    /// Whether the signal is on (loaded or loading with the first message).
     pub fn is_on(&self) -> bool {
-        matches!(self, SemanticStatus::On(_))
+        matches!(self, SemanticStatus::On(_) | SemanticStatus::NotLoaded(_))
+    }
+
+    /// A stable label for APIs: `not_loaded`, `loaded`, `not_installed` or
+    /// `failed`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SemanticStatus::NotLoaded(_) => "not_loaded",
+            SemanticStatus::On(_) => "loaded",
+            SemanticStatus::ModelMissing => "not_installed",
+            SemanticStatus::Failed(_) => "failed",
+        }
     }
 }
 
+fn exemplar_index() -> Result<&'static SemanticIndex, String> {
+    SemanticIndex::embedded().map_err(|e| e.to_string())
+}
+
 impl SemanticSignal {
-    /// Builds the signal from an already loaded embedder.
+    /// Builds the signal from an embedder, checking the exemplar index now.
+    ///
+    /// # Errors
+    /// The exemplar vectors do not match the exemplars (a broken build).
     pub fn new(embedder: LocalEmbedder) -> Result<Self, String> {
-        let index = SemanticIndex::embedded().map_err(|e| e.to_string())?;
-        Ok(SemanticSignal { embedder, index })
+        exemplar_index()?;
+        Ok(SemanticSignal { embedder })
+    }
+
+    /// Builds the signal without loading anything: the model (unless
+    /// already loaded) and the exemplar index load with the first message.
+    pub fn lazy(embedder: LocalEmbedder) -> Self {
+        SemanticSignal { embedder }
     }
 
     /// The local embedder (shared with memory retrieval).
@@ -120,46 +144,82 @@ impl SemanticSignal {
         &self.embedder
     }
 
+    /// Where the signal stands; never loads anything.
+    pub fn status(&self) -> SemanticStatus {
+        match self.embedder.state() {
+            LoadState::NotLoaded => SemanticStatus::NotLoaded(self.embedder.dir().to_path_buf()),
+            LoadState::Loaded => match exemplar_index() {
+                Ok(_) => SemanticStatus::On(self.embedder.dir().to_path_buf()),
+                Err(e) => SemanticStatus::Failed(e),
+            },
+            LoadState::Failed(e) => SemanticStatus::Failed(format!("model failed to load: {e}")),
+        }
+    }
+
+    /// Loads the model and the exemplar index now (blocking), for callers
+    /// that want a failure up front (evaluation).
+    ///
+    /// # Errors
+    /// Why the model or the index failed to load.
+    pub fn load_now(&self) -> Result<(), String> {
+        self.embedder.ensure_loaded().map_err(|e| e.to_string())?;
+        exemplar_index().map(|_| ())
+    }
+
     /// Whether the signal would be on for these settings, without loading
-    /// the model (for `opencouch config`).
+    /// the model (for `opencouch config`): the files are found and pass
+    /// their check.
     pub fn status_without_loading(settings: &Settings) -> SemanticStatus {
         match crate::embeddings::local_dir(settings) {
-            Some(dir) => SemanticStatus::On(dir),
+            Some(dir) => match crate::embeddings::shared_local(&dir) {
+                Ok(e) => SemanticSignal::lazy(e).status(),
+                Err(e) => SemanticStatus::Failed(format!("model files failed their check: {e}")),
+            },
             None => SemanticStatus::ModelMissing,
         }
     }
 
-    /// Loads the local model the settings point at; `(None, status)` when
-    /// it is missing or fails to load.
+    /// The signal for the local model the settings point at, not loaded
+    /// yet (the model files are checked, not read); `(None, status)` when
+    /// the model is missing or its files fail the check.
     pub fn from_settings(settings: &Settings) -> (Option<Arc<SemanticSignal>>, SemanticStatus) {
         let Some(dir) = crate::embeddings::local_dir(settings) else {
             return (None, SemanticStatus::ModelMissing);
         };
-        let embedder = match load_shared(&dir) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "local embedding model failed to load; semantic signal off");
-                return (
-                    None,
-                    SemanticStatus::Failed(format!("model failed to load: {e}")),
-                );
+        match crate::embeddings::shared_local(&dir) {
+            Ok(embedder) => {
+                let signal = SemanticSignal::lazy(embedder);
+                let status = signal.status();
+                (Some(Arc::new(signal)), status)
             }
-        };
-        match SemanticSignal::new(embedder) {
-            Ok(s) => (Some(Arc::new(s)), SemanticStatus::On(dir)),
-            Err(e) => (None, SemanticStatus::Failed(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "local embedding model files failed their check; semantic signal off");
+                (
+                    None,
+                    SemanticStatus::Failed(format!("model files failed their check: {e}")),
+                )
+            }
         }
     }
 
     /// Scores one message (blocking: call from a blocking thread).
     pub fn assess_blocking(&self, message: &str) -> Result<SemanticOutcome, String> {
         let started = Instant::now();
+        let index = exemplar_index()?;
         let texts = chunks(message);
         let vectors = self
             .embedder
             .embed_sync(&texts)
             .map_err(|e| e.to_string())?;
-        let score = self.index.score(&vectors);
+        // The first chunk is the whole message (whitespace runs collapsed):
+        // when that is the message as sent, memory retrieval later in the
+        // turn reuses its vector instead of embedding the message again.
+        if let (Some(first), Some(text)) = (vectors.first(), texts.first())
+            && text == message
+        {
+            self.embedder.remember(message, first);
+        }
+        let score = index.score(&vectors);
         Ok(SemanticOutcome {
             level: score.level(),
             score,
@@ -169,6 +229,7 @@ impl SemanticSignal {
 
     /// Scores many messages with batched embedding (evaluation).
     pub fn assess_many_blocking(&self, messages: &[&str]) -> Result<Vec<SemanticScore>, String> {
+        let index = exemplar_index()?;
         let mut all = Vec::new();
         let mut spans = Vec::with_capacity(messages.len());
         for m in messages {
@@ -179,14 +240,53 @@ impl SemanticSignal {
         let vectors = embed_by_length(&self.embedder, &all)?;
         Ok(spans
             .into_iter()
-            .map(|(start, len)| self.index.score(&vectors[start..start + len]))
+            .map(|(start, len)| index.score(&vectors[start..start + len]))
             .collect())
     }
 
+    /// Loads the model on a blocking thread if it is not loaded yet, bounded
+    /// by [`LOAD_TIMEOUT`]; whether it is usable.
+    async fn loaded(self: &Arc<Self>) -> bool {
+        match self.embedder.state() {
+            LoadState::Loaded => return true,
+            LoadState::Failed(_) => return false,
+            LoadState::NotLoaded => {}
+        }
+        let me = Arc::clone(self);
+        let job = tokio::task::spawn_blocking(move || me.load_now());
+        match tokio::time::timeout(LOAD_TIMEOUT, job).await {
+            Ok(Ok(Ok(()))) => true,
+            Ok(Ok(Err(e))) => {
+                // A model that failed to load was logged once, where it
+                // happened; anything else is the exemplar index.
+                if !matches!(self.embedder.state(), LoadState::Failed(_)) {
+                    tracing::warn!(error = %e, "semantic signal exemplar index failed to load");
+                }
+                false
+            }
+            Ok(Err(_)) => {
+                tracing::warn!("semantic signal model load panicked");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    timeout_ms = LOAD_TIMEOUT.as_millis() as u64,
+                    "semantic signal model still loading"
+                );
+                false
+            }
+        }
+    }
+
     /// Scores one message on a blocking thread, bounded by
-    /// [`SEMANTIC_TIMEOUT`]. Errors and timeouts are `None` (the gate then
-    /// keeps the other layers' level and notes the failure).
+    /// [`SEMANTIC_TIMEOUT`] (after the first message's model load, bounded
+    /// by [`LOAD_TIMEOUT`]). Errors and timeouts are `None` (the gate then
+    /// keeps the other layers' level and notes the failure); a model that
+    /// failed to load gives `None` at once, as when it is not installed.
     pub async fn assess(self: &Arc<Self>, message: &str) -> Option<SemanticOutcome> {
+        if !self.loaded().await {
+            return None;
+        }
         let me = Arc::clone(self);
         let text = message.to_owned();
         let job = tokio::task::spawn_blocking(move || me.assess_blocking(&text));

@@ -169,6 +169,12 @@ impl Service {
         self.rt.semantic_on()
     }
 
+    /// Where the semantic crisis signal stands (model not loaded yet,
+    /// loaded, failed); `None` when the runtime has none.
+    pub fn semantic_status(&self) -> Option<crate::semantic::SemanticStatus> {
+        self.rt.semantic_status()
+    }
+
     /// Whether the store answers a small read.
     pub async fn store_ok(&self) -> bool {
         self.rt.stores().threads.list_threads(1).await.is_ok()

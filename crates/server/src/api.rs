@@ -271,7 +271,10 @@ async fn health(State(state): State<AppState>) -> Response {
         "store": {"backend": svc.storage_label(), "ok": store_ok},
         "model": {"mode": svc.mode().as_str()},
         "auth": if matches!(state.auth(), AuthMode::Local) { "local" } else { "token" },
-        "crisis_gate": {"semantic_signal": svc.semantic_signal()},
+        "crisis_gate": {
+            "semantic_signal": svc.semantic_signal(),
+            "semantic_model": svc.semantic_status().map_or("off", |s| s.label()),
+        },
     });
     let status = if store_ok {
         StatusCode::OK

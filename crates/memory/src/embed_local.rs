@@ -451,15 +451,21 @@ fn is_linear_weight(name: &str, shape: &[usize]) -> bool {
 }
 
 impl WeightReader<'_> {
-    fn read_bytes(&self, entry: &TensorEntry) -> candle_core::Result<Vec<u8>> {
-        let len = usize::try_from(entry.end - entry.start).map_err(candle_core::Error::wrap)?;
-        let mut bytes = vec![0u8; len];
+    /// The weight file, locked and positioned at `start`.
+    fn file_at(&self, start: u64) -> candle_core::Result<std::sync::MutexGuard<'_, std::fs::File>> {
         let mut file = self
             .file
             .lock()
             .map_err(|_| candle_core::Error::Msg("weight file lock poisoned".to_owned()))?;
-        file.seek(SeekFrom::Start(entry.start))
+        file.seek(SeekFrom::Start(start))
             .map_err(candle_core::Error::wrap)?;
+        Ok(file)
+    }
+
+    fn read_bytes(&self, entry: &TensorEntry) -> candle_core::Result<Vec<u8>> {
+        let len = usize::try_from(entry.end - entry.start).map_err(candle_core::Error::wrap)?;
+        let mut bytes = vec![0u8; len];
+        let mut file = self.file_at(entry.start)?;
         file.read_exact(&mut bytes)
             .map_err(candle_core::Error::wrap)?;
         Ok(bytes)
@@ -483,12 +489,7 @@ impl WeightReader<'_> {
         };
         let mut out = vec![0f32; elems];
         let mut buf = vec![0u8; SLICE.min(total)];
-        let mut file = self
-            .file
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("weight file lock poisoned".to_owned()))?;
-        file.seek(SeekFrom::Start(entry.start))
-            .map_err(candle_core::Error::wrap)?;
+        let mut file = self.file_at(entry.start)?;
         let mut done = 0;
         while done < elems {
             let n = (elems - done).min(SLICE / 4);

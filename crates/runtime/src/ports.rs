@@ -29,19 +29,9 @@ impl ModelPort {
         ModelPort { model, timeout }
     }
 
-    /// No model: every stage takes its deterministic path.
-    pub fn none() -> Self {
-        ModelPort::new(None, Duration::from_secs(30))
-    }
-
     /// The model, if there is one.
     pub fn get(&self) -> Option<&dyn ChatModel> {
         self.model.as_deref()
-    }
-
-    /// The shared handle, if there is a model.
-    pub fn shared(&self) -> Option<&Arc<dyn ChatModel>> {
-        self.model.as_ref()
     }
 
     /// Whether a model is configured.

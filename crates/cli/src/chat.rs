@@ -112,6 +112,15 @@ impl Session {
                     }
                     out!("{text}")?;
                 }
+                // A streamed reply was replaced (the model failed midway):
+                // say so; the replacement follows as a new reply line.
+                StreamEvent::Reset => {
+                    if streamed {
+                        outln!()?;
+                        outln!("(that reply was interrupted; here is the full reply)")?;
+                        streamed = false;
+                    }
+                }
                 StreamEvent::ResponseReady { .. } => {}
                 StreamEvent::Done { output } => {
                     if status_shown {

@@ -3,6 +3,13 @@
 //! Order for every turn: one or more `status` events, zero or more `chunk`s,
 //! one `response_ready`, then exactly one terminal event: `done` (or
 //! `error`). **Invariant:** `done` is always last.
+//!
+//! Chunks of a model-written reply arrive while the model writes it, before
+//! the turn is committed; `response_ready` and `done` come after the commit
+//! and carry the reply as saved. Their text always starts with the chunks
+//! sent since the last `reset`: when a streamed reply had to be replaced
+//! (the model failed midway, or its reply was unusable), a `reset` says so
+//! and the chunks of the reply that replaces it follow.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,11 +58,26 @@ impl Stage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamEvent {
-    Status { stage: Stage, detail: String },
-    Chunk { text: String },
-    ResponseReady { output: Box<AgentOutput> },
-    Done { output: Box<AgentOutput> },
-    Error { code: String, message: String },
+    Status {
+        stage: Stage,
+        detail: String,
+    },
+    Chunk {
+        text: String,
+    },
+    /// The chunks sent so far are not the reply: discard them; the reply's
+    /// chunks follow.
+    Reset,
+    ResponseReady {
+        output: Box<AgentOutput>,
+    },
+    Done {
+        output: Box<AgentOutput>,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
 }
 
 impl StreamEvent {
@@ -71,6 +93,7 @@ impl StreamEvent {
         match self {
             StreamEvent::Status { .. } => "status",
             StreamEvent::Chunk { .. } => "chunk",
+            StreamEvent::Reset => "reset",
             StreamEvent::ResponseReady { .. } => "response_ready",
             StreamEvent::Done { .. } => "done",
             StreamEvent::Error { .. } => "error",

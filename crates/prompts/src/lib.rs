@@ -39,7 +39,7 @@ pub use grounded::{
 };
 pub use redact::redact_value;
 pub use responder::{MAX_REPLY_CHARS, ResponderContext, deterministic_notice, respond};
-pub use sanitize::strip_pseudo_tool_calls;
+pub use sanitize::{PseudoCallFilter, strip_pseudo_tool_calls};
 pub use skills::{
     RESPONSE_SKILL_TOOL, ResponseSkill, load_response_skill, response_skill,
     response_skill_tool_spec,

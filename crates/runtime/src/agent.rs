@@ -10,13 +10,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use opencouch_core::{MemoryMode, ModelTier};
 use opencouch_llm::{
-    ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolChoice, ToolSpec,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, StreamDelta, ToolCall, ToolChoice,
+    ToolSpec,
 };
 use opencouch_prompts::tools::Toolset;
 use serde_json::{Value, json};
 
+use crate::reply::ReplyOut;
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum model rounds that may request tools before a final text reply is
@@ -121,14 +124,50 @@ impl Toolbox {
 }
 
 /// Runs the model with `toolbox` for at most [`MAX_TOOL_ROUNDS`] tool rounds.
+///
+/// The outcome's text is the text of every round, in order, non-empty ones
+/// joined by a blank line: usually only the last round writes any, but a
+/// round that calls tools may say something first, and on a stream that
+/// text has already been shown.
 pub async fn run_tool_loop(
+    model: &dyn ChatModel,
+    tier: ModelTier,
+    messages: Vec<ChatMessage>,
+    toolbox: &Toolbox,
+    ctx: &ToolContext,
+) -> Result<LoopOutcome, LlmError> {
+    tool_loop(model, tier, messages, toolbox, ctx, None).await
+}
+
+/// [`run_tool_loop`], streaming every round's text to `out` as the model
+/// writes it when a client is listening (see [`ReplyOut`]); the outcome is
+/// the same as without a listener. `out` is finished after the last round.
+pub async fn run_tool_loop_streamed(
+    model: &dyn ChatModel,
+    tier: ModelTier,
+    messages: Vec<ChatMessage>,
+    toolbox: &Toolbox,
+    ctx: &ToolContext,
+    out: &ReplyOut,
+) -> Result<LoopOutcome, LlmError> {
+    let live = out.is_live().then_some(out);
+    let outcome = tool_loop(model, tier, messages, toolbox, ctx, live).await?;
+    if let Some(out) = live {
+        out.finish().await;
+    }
+    Ok(outcome)
+}
+
+async fn tool_loop(
     model: &dyn ChatModel,
     tier: ModelTier,
     mut messages: Vec<ChatMessage>,
     toolbox: &Toolbox,
     ctx: &ToolContext,
+    out: Option<&ReplyOut>,
 ) -> Result<LoopOutcome, LlmError> {
     let mut calls = Vec::new();
+    let mut text = String::new();
     for round in 0..=MAX_TOOL_ROUNDS {
         let mut req = ChatRequest::new(tier, messages.clone());
         if !toolbox.is_empty() {
@@ -140,10 +179,19 @@ pub async fn run_tool_loop(
                 ToolChoice::Auto
             });
         }
-        let resp = model.complete(req).await?;
+        let resp = match out {
+            Some(out) => streamed_round(model, req, out, !text.is_empty()).await?,
+            None => model.complete(req).await?,
+        };
+        if let Some(t) = resp.text.as_deref().filter(|t| !t.is_empty()) {
+            if !text.is_empty() {
+                text.push_str(ROUND_SEPARATOR);
+            }
+            text.push_str(t);
+        }
         if !resp.has_tool_calls() || round == MAX_TOOL_ROUNDS {
             return Ok(LoopOutcome {
-                text: resp.text.unwrap_or_default(),
+                text,
                 calls,
                 rounds: round + 1,
             });
@@ -161,8 +209,49 @@ pub async fn run_tool_loop(
     }
     // Unreachable in practice: the final round returns above.
     Ok(LoopOutcome {
-        text: String::new(),
+        text,
         calls,
         rounds: MAX_TOOL_ROUNDS + 1,
     })
+}
+
+/// Between the texts of two rounds.
+const ROUND_SEPARATOR: &str = "\n\n";
+
+/// One round on the model's stream: text goes to `out` as it arrives
+/// (after [`ROUND_SEPARATOR`] when an earlier round wrote text), tool calls
+/// are collected. Dropping this future drops the model request.
+async fn streamed_round(
+    model: &dyn ChatModel,
+    req: ChatRequest,
+    out: &ReplyOut,
+    earlier_text: bool,
+) -> Result<ChatResponse, LlmError> {
+    let mut stream = model.stream(req).await?;
+    let mut resp = ChatResponse::default();
+    let mut text = String::new();
+    while let Some(delta) = stream.next().await {
+        match delta? {
+            StreamDelta::Text(t) if t.is_empty() => {}
+            StreamDelta::Text(t) => {
+                if text.is_empty() && earlier_text {
+                    out.text(ROUND_SEPARATOR).await;
+                }
+                out.text(&t).await;
+                text.push_str(&t);
+            }
+            StreamDelta::ToolCall(call) => resp.tool_calls.push(call),
+            StreamDelta::Finished {
+                finish_reason,
+                usage,
+                model,
+            } => {
+                resp.finish_reason = finish_reason;
+                resp.usage = usage;
+                resp.model = model;
+            }
+        }
+    }
+    resp.text = (!text.is_empty()).then_some(text);
+    Ok(resp)
 }

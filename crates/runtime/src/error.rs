@@ -17,6 +17,10 @@ pub enum RuntimeError {
     Model(String),
     #[error("the turn task stopped unexpectedly")]
     Aborted,
+    /// The turn's consumer went away before its commit (a turn below
+    /// crisis level only); nothing of the turn was written.
+    #[error("the turn was cancelled before it was saved: the client went away")]
+    Cancelled,
     #[error("embedded data is invalid: {0}")]
     Data(String),
 }
@@ -29,6 +33,7 @@ impl RuntimeError {
             RuntimeError::MessageTooLong { .. } => "message_too_long",
             RuntimeError::Store(_) => "storage_unavailable",
             RuntimeError::Model(_) => "model_configuration",
+            RuntimeError::Cancelled => "cancelled",
             RuntimeError::Aborted | RuntimeError::Data(_) => "internal",
         }
     }

@@ -8,7 +8,8 @@
 //! ([`gate`]), triage ([`triage`]), the pure route plan ([`plan`]) and turn
 //! steps ([`steps`]), specialists ([`specialists`], [`exercise`], [`memory`];
 //! their shared input and outcome in [`stage`]), tools ([`tools`]) and our
-//! bounded tool loop ([`agent`]).
+//! bounded tool loop ([`agent`]); a streamed reply goes out through
+//! [`reply`].
 
 pub mod agent;
 pub mod audit;
@@ -22,6 +23,7 @@ pub mod memory;
 pub mod plan;
 pub mod policy_model;
 pub mod ports;
+pub mod reply;
 pub mod runtime;
 pub mod semantic;
 pub mod service;
@@ -39,6 +41,7 @@ pub mod turn;
 pub use extraction::FlushOutcome;
 pub use gate::{CrisisGate, GateVerdict};
 pub use ports::{MemoryPorts, ModelPort, Ports};
+pub use reply::TurnStream;
 pub use runtime::{Runtime, RuntimeError, RuntimeOptions, model_from_settings, open_stores};
 pub use service::{Service, ServiceError};
 pub use session::FeedbackSource;

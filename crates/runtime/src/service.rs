@@ -12,8 +12,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use futures::Stream;
-use opencouch_core::{AgentInput, AgentOutput, MemoryMode, RuntimeMode, StreamEvent};
+use opencouch_core::{AgentInput, AgentOutput, MemoryMode, RuntimeMode};
 use opencouch_memory::control::{
     ControlContext, ControlError, MemoryAction, MemoryControlService, PendingAction, PendingChange,
 };
@@ -25,6 +24,7 @@ use opencouch_store::{
 
 pub use opencouch_memory::control::{GUEST_MODE_REPLY, TargetKind};
 
+use crate::reply::TurnStream;
 use crate::{EndSessionOutcome, Runtime, RuntimeError};
 
 pub use crate::thread_id::{
@@ -200,12 +200,12 @@ impl Service {
         self.rt.run_turn(input).await
     }
 
-    /// One turn as events, `done` (or one `error`) last. Dropping the
-    /// stream never leaves a turn half-written.
-    pub fn stream_turn(
-        &self,
-        input: AgentInput,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+    /// One turn as events, `done` (or one `error`) last. A therapeutic
+    /// reply's chunks come as the model writes them. Dropping the stream
+    /// (or [`TurnStream::cancel`]) before the commit cancels a turn below
+    /// crisis level, which then writes nothing; a crisis turn always runs to
+    /// the end.
+    pub fn stream_turn(&self, input: AgentInput) -> TurnStream {
         self.rt.run_turn_stream(input)
     }
 
@@ -223,11 +223,7 @@ impl Service {
     }
 
     /// [`Service::run_turn_without_storage`] as events.
-    pub fn stream_turn_without_storage(
-        &self,
-        input: AgentInput,
-        error: StoreError,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+    pub fn stream_turn_without_storage(&self, input: AgentInput, error: StoreError) -> TurnStream {
         self.rt.run_turn_stream_without_storage(input, error)
     }
 

@@ -22,7 +22,7 @@ use opencouch_safety::plan::{FollowUpContext, build_follow_up_plan};
 use opencouch_store::ResponsePath;
 use serde_json::Value;
 
-use crate::agent::{Toolbox, run_tool_loop};
+use crate::agent::{Toolbox, run_tool_loop, run_tool_loop_streamed};
 use crate::fallback::{FailureNote, Fallback, model_reply};
 use crate::gate::GateVerdict;
 use crate::plan::PlanKind;
@@ -392,7 +392,10 @@ async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutco
         let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::Therapeutic);
         let ctx = tool_context(ports.memory_mode(), si);
         let tier = si.input.response_model_tier;
-        let o = run_tool_loop(m, tier, messages_for(&spec), &toolbox, &ctx).await?;
+        // The only reply that streams while the model writes it: the same
+        // checks as below run on the stream (see `crate::reply`).
+        let o =
+            run_tool_loop_streamed(m, tier, messages_for(&spec), &toolbox, &ctx, si.reply).await?;
         record_calls(diag, "openai_therapeutic", &o);
         let (text, stripped) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
         if stripped {

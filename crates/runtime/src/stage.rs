@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::agent::LoopOutcome;
 use crate::gate::GateVerdict;
 use crate::plan::RoutePlan;
+use crate::reply::ReplyOut;
 use crate::tools::{ToolContext, TurnEffects};
 use crate::triage::TriageDecision;
 
@@ -51,6 +52,9 @@ pub struct SpecialistInput<'a> {
     /// The crisis episode that was open before this turn, with the gate's
     /// decision for it (`None` when no episode was open).
     pub episode: Option<EpisodeTurn<'a>>,
+    /// Where a specialist that streams its reply writes it (only the
+    /// therapeutic one does; see [`crate::reply`]).
+    pub reply: &'a ReplyOut,
 }
 
 /// An open crisis episode and the gate's decision for this turn.

@@ -144,12 +144,19 @@ pub(crate) fn with_closing_acknowledgement(
     text: &str,
     decision: Option<&FollowUpDecision>,
 ) -> String {
-    if decision.and_then(|d| d.close).is_some() {
-        let ack = opencouch_safety::plan::episode_closed_acknowledgement();
-        format!("{ack}\n\n{}", text.trim_start())
-    } else {
-        text.to_owned()
+    match closing_prefix(decision) {
+        Some(prefix) => format!("{prefix}{}", text.trim_start()),
+        None => text.to_owned(),
     }
+}
+
+/// What goes before the reply of a turn that closes a crisis episode (the
+/// acknowledgement and a blank line); `None` on any other turn.
+pub(crate) fn closing_prefix(decision: Option<&FollowUpDecision>) -> Option<String> {
+    decision.and_then(|d| d.close).map(|_| {
+        let ack = opencouch_safety::plan::episode_closed_acknowledgement();
+        format!("{ack}\n\n")
+    })
 }
 
 /// What the driver knows once the specialist has answered.

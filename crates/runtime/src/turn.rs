@@ -11,11 +11,20 @@
 //! 7. fold the outcome into the state ([`crate::steps`], pure), commit
 //!    transcript + state + session in one transaction, then the after-commit
 //!    jobs: background memory extraction (hybrid mode) and the crisis log
-//!    (bounded, never fails the turn); then stream the reply
+//!    (bounded, never fails the turn); then send what of the reply was not
+//!    streamed yet
 //!
 //! **Invariants:**
-//! * the reply is streamed and returned only after the commit, so an
+//! * a therapeutic reply streams while the model writes it (through the
+//!   checks of [`crate::reply`]); every other reply is sent whole after the
+//!   commit. `response_ready` and `done` come only after the commit, so an
 //!   acknowledged turn is never lost (`saved: true`);
+//! * a turn is committed whole or not at all: when its consumer goes away
+//!   (a client disconnects, the future of [`Runtime::run_turn`] is dropped)
+//!   before the commit, a turn below crisis level stops at once (the model
+//!   request is dropped) and writes nothing; a crisis turn (level ≥ 2,
+//!   which includes every turn inside an open episode) always runs to the
+//!   end, commit and crisis log included;
 //! * a crisis reply never depends on storage: if the thread cannot be loaded
 //!   the message is still assessed (without history) and a level ≥ 2 message
 //!   gets the deterministic crisis reply; if the commit fails after a crisis
@@ -30,7 +39,6 @@
 use std::time::Instant;
 
 use chrono::Utc;
-use futures::Stream;
 use opencouch_core::{
     AgentInput, AgentOutput, Diagnostics, Message, ResponseStyle, ResponseType, Route,
     SessionAction, Stage, StreamEvent, ThreadState,
@@ -39,27 +47,31 @@ use opencouch_store::{
     ActiveSession, SessionStatus, SessionWrite, StoreError, TurnCommit, TurnLoad, session_status,
 };
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::audit;
 use crate::gate::GateVerdict;
 use crate::plan;
+use crate::reply::{EventSink, TurnStream};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::specialists::{self, CrisisInfo, EpisodeTurn, SpecialistInput};
 use crate::steps::{self, Answered, Limits};
 
 impl Runtime {
     /// Runs one turn and returns its output after the turn is committed.
+    /// The turn runs in its own task: dropping this future cancels a turn
+    /// below crisis level before its commit (nothing is written) and never
+    /// a crisis turn.
     pub async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
-        execute(self, input, &EventSink::none()).await
+        self.spawn_turn(move |rt, sink| async move { execute(&rt, input, &sink).await })
+            .await
     }
 
     /// Runs one turn as a stream of events: statuses, chunks,
     /// `response_ready`, then `done` (or one `error`) last. The turn runs in
-    /// its own task, so a dropped stream never leaves a turn half-written.
-    pub fn run_turn_stream(
-        &self,
-        input: AgentInput,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+    /// its own task; dropping the stream before the turn's commit cancels a
+    /// turn below crisis level (nothing is written) and never a crisis turn.
+    pub fn run_turn_stream(&self, input: AgentInput) -> TurnStream {
         self.spawn_stream(move |rt, sink| async move { execute(&rt, input, &sink).await })
     }
 
@@ -75,7 +87,10 @@ impl Runtime {
         input: AgentInput,
         error: StoreError,
     ) -> Result<AgentOutput, RuntimeError> {
-        execute_without_storage(self, input, &EventSink::none(), error).await
+        self.spawn_turn(move |rt, sink| async move {
+            execute_without_storage(&rt, input, &sink, error).await
+        })
+        .await
     }
 
     /// [`Runtime::run_turn_without_storage`] as a stream of events.
@@ -83,21 +98,35 @@ impl Runtime {
         &self,
         input: AgentInput,
         error: StoreError,
-    ) -> impl Stream<Item = StreamEvent> + Send + 'static {
+    ) -> TurnStream {
         self.spawn_stream(move |rt, sink| async move {
             execute_without_storage(&rt, input, &sink, error).await
         })
     }
 
-    fn spawn_stream<F, Fut>(&self, run: F) -> impl Stream<Item = StreamEvent> + Send + 'static
+    /// Runs a turn in its own task; dropping the returned future cancels
+    /// the turn's token.
+    async fn spawn_turn<F, Fut>(&self, run: F) -> Result<AgentOutput, RuntimeError>
+    where
+        F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
+    {
+        let cancel = CancellationToken::new();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let task = tokio::spawn(run(self.clone(), EventSink::silent(cancel)));
+        task.await.unwrap_or(Err(RuntimeError::Aborted))
+    }
+
+    fn spawn_stream<F, Fut>(&self, run: F) -> TurnStream
     where
         F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel::<StreamEvent>(64);
         let runtime = self.clone();
+        let cancel = CancellationToken::new();
+        let sink = EventSink::new(tx.clone(), cancel.clone());
         tokio::spawn(async move {
-            let sink = EventSink::new(tx.clone());
             let result = run(runtime, sink).await;
             let last = match result {
                 Ok(output) => StreamEvent::Done {
@@ -110,33 +139,7 @@ impl Runtime {
             };
             let _ = tx.send(last).await;
         });
-        futures::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
-        )
-    }
-}
-
-/// Where stream events go (nowhere for the non-streaming call).
-pub(crate) struct EventSink {
-    tx: Option<mpsc::Sender<StreamEvent>>,
-}
-
-impl EventSink {
-    pub(crate) fn none() -> Self {
-        EventSink { tx: None }
-    }
-    pub(crate) fn new(tx: mpsc::Sender<StreamEvent>) -> Self {
-        EventSink { tx: Some(tx) }
-    }
-    async fn send(&self, ev: StreamEvent) {
-        if let Some(tx) = &self.tx {
-            // A client that went away must not stop the turn.
-            let _ = tx.send(ev).await;
-        }
-    }
-    async fn status(&self, stage: Stage) {
-        self.send(StreamEvent::status(stage)).await;
+        TurnStream::new(rx, cancel)
     }
 }
 
@@ -261,55 +264,43 @@ pub(crate) async fn execute(
     steps::gate_diagnostics(&mut diagnostics, &verdict);
     steps::episode_diagnostics(&mut diagnostics, decision.as_ref(), level);
 
-    // 3. Triage (level 0 only). 4. Route plan.
-    let triage = if steps::needs_triage(level, decision.as_ref()) {
-        events.status(Stage::Triage).await;
-        let (decision, triage_diag) =
-            crate::triage::decide(&inner.ports.model, &state, &session_history, &input.message)
-                .await;
-        diagnostics.merge(triage_diag);
-        Some(decision)
-    } else {
-        None
-    };
-    let route_plan = plan::resolve(&verdict, triage.as_ref(), state.exercise_state.is_some());
-    steps::plan_diagnostics(&mut diagnostics, &route_plan);
-    events.status(route_plan.kind.stage()).await;
-
-    // 5. Memory, only where the route needs it (and never in incognito).
-    let memory = if route_plan.kind.loads_memory() {
-        let loaded = crate::memory::load_for_turn(
-            &inner.ports.memory,
-            &input,
-            &input.message,
-            first_turn_of_session,
-        )
-        .await;
-        diagnostics.merge(loaded.diagnostics.clone());
-        Some(loaded)
-    } else {
-        None
-    };
-
-    // 6. Specialist.
-    if route_plan.kind.specialist_stage() != route_plan.kind.stage() {
-        events.status(route_plan.kind.specialist_stage()).await;
-    }
+    // 3–6: triage, route plan, memory and the specialist. A turn below
+    // crisis level stops here when its consumer goes away (dropping the
+    // model request; nothing is written); a crisis turn always goes on.
     let episode = match (&open_episode, &decision) {
         (Some(episode), Some(decision)) => Some(EpisodeTurn { episode, decision }),
         _ => None,
     };
-    let spec_input = SpecialistInput {
-        verdict: &verdict,
-        plan: &route_plan,
-        triage: triage.as_ref(),
-        state: &state,
-        history: &session_history,
-        input: &input,
-        memory: memory.as_ref(),
-        episode,
+    let reply = events.reply(steps::closing_prefix(decision.as_ref()));
+    let answer = answer(
+        rt,
+        &input,
+        events,
+        Question {
+            verdict: &verdict,
+            decision: decision.as_ref(),
+            episode,
+            state: &state,
+            history: &session_history,
+            first_turn_of_session,
+            reply: &reply,
+        },
+        &mut diagnostics,
+    );
+    let cancellable = !level.needs_crisis_response();
+    let Answer {
+        triage,
+        route_plan,
+        mut outcome,
+    } = if cancellable {
+        tokio::select! {
+            biased;
+            () = events.cancelled() => return Err(cancelled()),
+            answer = answer => answer,
+        }
+    } else {
+        answer.await
     };
-    let mut outcome = specialists::run(&inner.ports, spec_input).await;
     diagnostics.merge(outcome.diagnostics.clone());
     outcome.text = steps::with_closing_acknowledgement(&outcome.text, decision.as_ref());
 
@@ -347,6 +338,9 @@ pub(crate) async fn execute(
     );
     let session_id = audit::session_id(&active);
     diagnostics.set("turn_total_ms", ms(started));
+    if cancellable && events.is_cancelled() {
+        return Err(cancelled());
+    }
     state.diagnostics = diagnostics.clone();
     let commit = TurnCommit {
         append: steps::transcript_messages(&answered, Utc::now()),
@@ -386,7 +380,7 @@ pub(crate) async fn execute(
     drop(guard);
 
     let output = steps::output(&answered, session_action, diagnostics, saved);
-    let output = deliver(events, output, started).await;
+    let output = deliver(events, output, &reply.sent(), started).await;
     tracing::info!(
         route = route_plan.kind.route().as_str(),
         plan = route_plan.kind.as_str(),
@@ -396,6 +390,91 @@ pub(crate) async fn execute(
         "turn finished"
     );
     Ok(output)
+}
+
+/// What the answering part of a turn (steps 3–6) starts from.
+struct Question<'a> {
+    verdict: &'a GateVerdict,
+    decision: Option<&'a opencouch_safety::episode::FollowUpDecision>,
+    episode: Option<EpisodeTurn<'a>>,
+    state: &'a ThreadState,
+    history: &'a [Message],
+    first_turn_of_session: bool,
+    reply: &'a crate::reply::ReplyOut,
+}
+
+/// What it produced.
+struct Answer {
+    triage: Option<crate::triage::TriageDecision>,
+    route_plan: plan::RoutePlan,
+    outcome: specialists::SpecialistOutcome,
+}
+
+/// Steps 3–6: triage (level 0 only), the route plan, memory (only where
+/// the route needs it, never in incognito) and the specialist. Reads only;
+/// dropping it mid-way leaves nothing behind.
+async fn answer(
+    rt: &Runtime,
+    input: &AgentInput,
+    events: &EventSink,
+    q: Question<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Answer {
+    let inner = &rt.inner;
+    let level = q.verdict.assessment().level;
+    let triage = if steps::needs_triage(level, q.decision) {
+        events.status(Stage::Triage).await;
+        let (decision, triage_diag) =
+            crate::triage::decide(&inner.ports.model, q.state, q.history, &input.message).await;
+        diagnostics.merge(triage_diag);
+        Some(decision)
+    } else {
+        None
+    };
+    let route_plan = plan::resolve(q.verdict, triage.as_ref(), q.state.exercise_state.is_some());
+    steps::plan_diagnostics(diagnostics, &route_plan);
+    events.status(route_plan.kind.stage()).await;
+
+    let memory = if route_plan.kind.loads_memory() {
+        let loaded = crate::memory::load_for_turn(
+            &inner.ports.memory,
+            input,
+            &input.message,
+            q.first_turn_of_session,
+        )
+        .await;
+        diagnostics.merge(loaded.diagnostics.clone());
+        Some(loaded)
+    } else {
+        None
+    };
+
+    if route_plan.kind.specialist_stage() != route_plan.kind.stage() {
+        events.status(route_plan.kind.specialist_stage()).await;
+    }
+    let spec_input = SpecialistInput {
+        verdict: q.verdict,
+        plan: &route_plan,
+        triage: triage.as_ref(),
+        state: q.state,
+        history: q.history,
+        input,
+        memory: memory.as_ref(),
+        episode: q.episode,
+        reply: q.reply,
+    };
+    let outcome = specialists::run(&inner.ports, spec_input).await;
+    Answer {
+        triage,
+        route_plan,
+        outcome,
+    }
+}
+
+/// A turn below crisis level whose consumer went away before its commit.
+fn cancelled() -> RuntimeError {
+    tracing::info!("turn cancelled before its commit: its consumer went away; nothing was written");
+    RuntimeError::Cancelled
 }
 
 /// Writes the crisis-log record of a crisis turn within the runtime's
@@ -426,11 +505,15 @@ async fn capture_crisis(
     .await
 }
 
-/// Streams the reply text, then `response_ready`, and stamps the total time.
-async fn deliver(events: &EventSink, output: AgentOutput, started: Instant) -> AgentOutput {
-    for chunk in steps::chunks(&output.response_text) {
-        events.send(StreamEvent::Chunk { text: chunk }).await;
-    }
+/// Sends what of the reply was not streamed yet (`shown` was), then
+/// `response_ready`, and stamps the total time.
+async fn deliver(
+    events: &EventSink,
+    output: AgentOutput,
+    shown: &str,
+    started: Instant,
+) -> AgentOutput {
+    events.deliver_text(&output.response_text, shown).await;
     events
         .send(StreamEvent::ResponseReady {
             output: Box::new(output.clone()),
@@ -505,7 +588,7 @@ async fn unsaved_crisis_turn(
         diagnostics,
         saved: false,
     };
-    let output = deliver(events, output, started).await;
+    let output = deliver(events, output, "", started).await;
     tracing::info!(
         crisis_level = level.get(),
         saved = false,

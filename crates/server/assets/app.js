@@ -194,6 +194,10 @@
         seen.chunks += 1;
         box.querySelector(".text").textContent += ev.text;
         break;
+      case "reset":
+        // The streamed reply was replaced; its replacement's chunks follow.
+        box.querySelector(".text").textContent = "";
+        break;
       case "response_ready":
         finish(box, ev.output);
         break;

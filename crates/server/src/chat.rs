@@ -186,8 +186,11 @@ fn public_event(ev: &StreamEvent, client_thread: &str) -> Value {
     }
 }
 
-/// Runs a streamed turn in its own task (drained even if the client goes
-/// away) and yields client-facing events; `done` or `error` is always last.
+/// Runs a streamed turn in its own task and yields client-facing events;
+/// `done` or `error` is always last. When the client goes away (this stream
+/// is dropped) the turn is told so, which cancels a turn below crisis level
+/// that has not committed yet (see [`opencouch_runtime::TurnStream`]); the
+/// task still reads the turn to its end, so graceful shutdown waits for it.
 pub(crate) fn turn_events(
     state: &AppState,
     caller: &Caller,
@@ -202,19 +205,31 @@ pub(crate) fn turn_events(
     tokio::spawn(async move {
         let _guard = guard;
         let started = Instant::now();
-        let events = if verified {
-            svc.stream_turn(input).boxed()
+        let mut events = if verified {
+            svc.stream_turn(input)
         } else {
             svc.stream_turn_without_storage(input, user_store_down())
-                .boxed()
         };
-        let mut events = events;
         let mut terminal = false;
-        while let Some(ev) = events.next().await {
+        let mut client_gone = false;
+        loop {
+            let ev = tokio::select! {
+                ev = events.next() => ev,
+                () = tx.closed(), if !client_gone => {
+                    client_gone = true;
+                    events.cancel();
+                    continue;
+                }
+            };
+            let Some(ev) = ev else { break };
             let ev = match ev {
                 StreamEvent::Done { output } => {
                     state.metrics().turn(&output, started.elapsed());
                     StreamEvent::Done { output }
+                }
+                StreamEvent::Error { code, message } if code == "cancelled" => {
+                    state.metrics().turn_error(&code);
+                    StreamEvent::Error { code, message }
                 }
                 StreamEvent::Error { code, message } => {
                     state.metrics().turn_error(&code);
@@ -225,7 +240,9 @@ pub(crate) fn turn_events(
                 other => other,
             };
             terminal = ev.is_terminal();
-            let _ = tx.send(public_event(&ev, &client_thread)).await;
+            if !client_gone {
+                let _ = tx.send(public_event(&ev, &client_thread)).await;
+            }
             if terminal {
                 break;
             }

@@ -178,7 +178,8 @@ async fn session(state: AppState, caller: Caller, socket: WebSocket) {
             ev = events.next() => match ev {
                 Some(v) => {
                     if !send(&mut tx, &v).await {
-                        // The client is gone; the turn finishes in its task.
+                        // The client is gone: dropping the events tells the
+                        // turn (a turn below crisis level stops uncommitted).
                         return;
                     }
                 }
@@ -198,7 +199,9 @@ async fn session(state: AppState, caller: Caller, socket: WebSocket) {
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 // The client closed mid-turn: nothing more can be sent.
-                // Reading on answers its close; the turn still commits.
+                // Reading on answers its close; returning drops the events,
+                // which cancels a turn below crisis level before its commit
+                // (a crisis turn still commits).
                 Some(Ok(Message::Close(_))) => {
                     let _ = tokio::time::timeout(CLOSE_GRACE, async {
                         while let Some(Ok(_)) = rx.next().await {}

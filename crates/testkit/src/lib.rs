@@ -163,6 +163,9 @@ struct State {
 /// State shared between the handle and the server task.
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// When each streamed chat reply's first text event was handed to the
+    /// connection (for time-to-first-token measurements).
+    pub(crate) first_text_sent: Arc<Mutex<Vec<std::time::Instant>>>,
     counter: AtomicU64,
     shutdown: watch::Receiver<bool>,
 }
@@ -265,6 +268,7 @@ impl FakeOpenAi {
                 secret_ttl_secs: 600,
                 requests: Vec::new(),
             }),
+            first_text_sent: Arc::default(),
             counter: AtomicU64::new(0),
             shutdown: rx.clone(),
         });
@@ -377,6 +381,16 @@ impl FakeOpenAi {
     /// Forgets the recorded requests (rules are kept).
     pub fn clear_requests(&self) {
         self.shared.lock().requests.clear();
+    }
+
+    /// When each streamed chat reply with text handed its first text event
+    /// to the connection, in order (for time-to-first-token benchmarks).
+    pub fn first_text_sent(&self) -> Vec<std::time::Instant> {
+        self.shared
+            .first_text_sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

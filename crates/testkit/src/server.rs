@@ -2,8 +2,8 @@
 //! OpenAI wire formats (chat completion, chat.completion.chunk SSE,
 //! embeddings list, realtime client secret).
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -140,7 +140,13 @@ async fn handle(
 }
 
 /// An SSE body of `events`, optionally aborted (connection reset) after `cut_after` events.
-fn sse_body(events: Vec<String>, cut_after: Option<usize>, delay: Duration) -> Response {
+/// `mark` records when event `mark.0` is handed to the connection.
+fn sse_body(
+    events: Vec<String>,
+    cut_after: Option<usize>,
+    delay: Duration,
+    mark: Option<(usize, Arc<Mutex<Vec<Instant>>>)>,
+) -> Response {
     let keep = cut_after.unwrap_or(events.len());
     let mut items: Vec<Result<Bytes, std::io::Error>> = events
         .into_iter()
@@ -153,17 +159,25 @@ fn sse_body(events: Vec<String>, cut_after: Option<usize>, delay: Duration) -> R
             "stream cut by script",
         )));
     }
-    let stream = futures::stream::iter(items).then(move |item| async move {
-        // Let earlier chunks reach the client before a cut, so it sees a partial body.
-        let wait = if item.is_err() {
-            delay.max(CUT_GRACE)
-        } else {
-            delay
-        };
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+    let stream = futures::stream::iter(items.into_iter().enumerate()).then(move |(i, item)| {
+        let mark = mark.clone();
+        async move {
+            // Let earlier chunks reach the client before a cut, so it sees a partial body.
+            let wait = if item.is_err() {
+                delay.max(CUT_GRACE)
+            } else {
+                delay
+            };
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            if let Some((_, log)) = mark.filter(|(at, _)| *at == i && item.is_ok()) {
+                log.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Instant::now());
+            }
+            item
         }
-        item
     });
     let mut resp = Response::new(Body::from_stream(stream));
     resp.headers_mut().insert(
@@ -279,7 +293,12 @@ fn chat(
             events.push(format!("data: {v}\n\n"));
         }
         events.push("data: [DONE]\n\n".to_owned());
-        return sse_body(events, cut_after, chunk_delay);
+        // Event 0 is the role; event 1 is the first text, when there is text.
+        let first_text = text
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+            .then(|| (1, shared.first_text_sent.clone()));
+        return sse_body(events, cut_after, chunk_delay, first_text);
     }
 
     let mut message = json!({"role": "assistant", "content": text, "refusal": null});

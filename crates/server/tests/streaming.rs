@@ -402,3 +402,120 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
         "user and assistant messages, nothing half-written"
     );
 }
+
+/// A hybrid app (tokens auth, one user) whose model streams the therapeutic
+/// reply slowly: `(address, token, fake)`.
+async fn slow_streaming_app() -> (
+    std::net::SocketAddr,
+    String,
+    opencouch_testkit::FakeOpenAi,
+) {
+    use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
+    use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
+    const SKILL: &str = "load_therapeutic_response_skill";
+    let fake = FakeOpenAi::start().await;
+    fake.always_when(gate_request(), gate_reply(0));
+    fake.always_when(
+        triage_request(),
+        Reply::json(canned::triage_json(
+            "therapeutic",
+            "none",
+            "ambiguous_or_none",
+            None,
+        )),
+    );
+    // The first reply streams over about 2 s; later ones at once.
+    fake.push_when(
+        Match::tool_offered(SKILL).and(Match::last_role("tool")),
+        Reply::text("It sounds like the week has worn you down, and that makes sense to me.")
+            .with_chunk_delay(std::time::Duration::from_millis(100)),
+    );
+    fake.always_when(
+        Match::tool_offered(SKILL).and(Match::last_role("tool")),
+        Reply::text("I'm still here. What would help most right now?"),
+    );
+    fake.always_when(
+        Match::tool_offered(SKILL),
+        Reply::tool_call(SKILL, serde_json::json!({"style": "supportive", "approach": "cbt"})),
+    );
+    let mut config = opencouch_llm::LlmConfig::local(fake.base_url(), "fake-model");
+    config.max_attempts = 1;
+    let model: std::sync::Arc<dyn opencouch_llm::ChatModel> =
+        std::sync::Arc::new(opencouch_llm::OpenAiCompatClient::new(config).unwrap());
+    let opts = opencouch_runtime::RuntimeOptions {
+        mode: opencouch_core::RuntimeMode::Hybrid,
+        ..Default::default()
+    };
+    let p = opencouch_runtime::Runtime::persistent(
+        opencouch_store::Stores::in_memory(),
+        Some(model.clone()),
+        opts.clone(),
+    );
+    let i = opencouch_runtime::Runtime::incognito(
+        opencouch_store::EphemeralStores::new(),
+        Some(model),
+        opts,
+    );
+    let users = opencouch_server::UserDirectory::new(p.stores().users.clone());
+    let token = users.add("carol", chrono::Utc::now()).await.unwrap();
+    let state = opencouch_server::AppState::new(
+        p,
+        i,
+        opencouch_server::AuthMode::Tokens(users),
+        common::limits(),
+    );
+    let addr = spawn_server(opencouch_server::router(state)).await;
+    (addr, token, fake)
+}
+
+#[tokio::test]
+async fn an_sse_client_that_leaves_mid_reply_cancels_the_turn_and_nothing_is_saved() {
+    let (addr, token, _fake) = slow_streaming_app().await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("http://{addr}/api/chat/stream"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(r#"{"message":"this week has been exhausting","thread_id":"gone"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("event: chunk") {
+        let bytes = body.next().await.expect("a chunk event").unwrap();
+        seen.push_str(std::str::from_utf8(&bytes).unwrap());
+    }
+    // The first words arrived while the model is still writing; leave.
+    drop(body);
+
+    // The next turn on the thread waits for the thread lock: had the first
+    // turn gone on, it would have committed first (4 messages).
+    let out: Value = client
+        .post(format!("http://{addr}/api/chat"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"message": "sorry, my connection dropped", "thread_id": "gone"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        out["response_text"],
+        "I'm still here. What would help most right now?"
+    );
+    let history: Value = client
+        .get(format!("http://{addr}/api/threads/gone/history"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = history.as_array().expect("history rows");
+    assert_eq!(rows.len(), 2, "{history}");
+    assert_eq!(rows[0]["content"], "sorry, my connection dropped");
+}

@@ -211,6 +211,11 @@ fn unreachable_sync_command() -> anyhow::Result<()> {
     anyhow::bail!("internal error: a synchronous command reached the async dispatcher")
 }
 
+/// mimalloc instead of glibc's malloc: less CPU per turn (see
+/// docs/benchmarks.md, "Server CPU per turn over HTTP").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
@@ -112,9 +113,13 @@ impl HttpCore {
         }
     }
 
-    fn request(&self, path: &str, body: &Value, sse: bool) -> reqwest::RequestBuilder {
+    fn request(&self, path: &str, body: &Bytes, sse: bool) -> reqwest::RequestBuilder {
         let url = format!("{}/{}", self.base_url, path.trim_start_matches('/'));
-        let mut rb = self.client.post(url).json(body);
+        let mut rb = self
+            .client
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
@@ -177,8 +182,18 @@ impl HttpCore {
         }
     }
 
-    /// POSTs `body` and returns the whole successful response body.
+    /// POSTs `body` as JSON and returns the whole successful response body.
     pub(crate) async fn post_json(&self, path: &str, body: &Value) -> Result<Vec<u8>, LlmError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| LlmError::BadResponse {
+            reason: format!("the request could not be encoded: {e}"),
+        })?;
+        self.post_bytes(path, bytes).await
+    }
+
+    /// POSTs `body` (already encoded JSON) and returns the whole successful
+    /// response body.
+    pub(crate) async fn post_bytes(&self, path: &str, body: Vec<u8>) -> Result<Vec<u8>, LlmError> {
+        let body = &Bytes::from(body);
         let timeout = self.timeout;
         self.with_retry(path, || async move {
             let work = async {
@@ -208,8 +223,9 @@ impl HttpCore {
     pub(crate) async fn post_stream(
         &self,
         path: &str,
-        body: &Value,
+        body: Vec<u8>,
     ) -> Result<reqwest::Response, LlmError> {
+        let body = &Bytes::from(body);
         let timeout = self.timeout;
         self.with_retry(path, || async move {
             let work = async {

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use opencouch_core::ModelTier;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::config::{LlmConfig, MaxTokensField};
@@ -62,94 +62,212 @@ impl OpenAiCompatClient {
 
     /// The JSON body sent for `req` (exposed for tests and debugging tools).
     pub fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.config.model_for(req.tier)));
-        body.insert(
-            "messages".into(),
-            Value::Array(req.messages.iter().map(message_json).collect()),
-        );
-        if !req.tools.is_empty() {
-            let tools = req
+        serde_json::to_value(self.wire_request(req, stream)).unwrap_or(Value::Null)
+    }
+
+    /// The body as sent: serialized straight from the request, with no
+    /// intermediate JSON tree (no copy of the prompt, the history or the
+    /// schemas per call).
+    fn request_bytes(&self, req: &ChatRequest, stream: bool) -> Result<Vec<u8>, LlmError> {
+        serde_json::to_vec(&self.wire_request(req, stream)).map_err(|e| LlmError::BadResponse {
+            reason: format!("the request could not be encoded: {e}"),
+        })
+    }
+
+    fn wire_request<'a>(&'a self, req: &'a ChatRequest, stream: bool) -> WireRequest<'a> {
+        let max = |field: MaxTokensField| {
+            req.max_tokens
+                .filter(|_| self.config.max_tokens_field == field)
+        };
+        WireRequest {
+            model: self.config.model_for(req.tier),
+            messages: req.messages.iter().map(WireMessageOut::from).collect(),
+            tools: req
                 .tools
                 .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                .map(|t| WireTool {
+                    kind: "function",
+                    function: WireToolFunction {
+                        name: &t.name,
+                        description: &t.description,
+                        parameters: &t.parameters,
+                    },
                 })
-                .collect();
-            body.insert("tools".into(), Value::Array(tools));
-        }
-        if let Some(choice) = &req.tool_choice {
-            let v = match choice {
-                ToolChoice::Auto => json!("auto"),
-                ToolChoice::None => json!("none"),
-                ToolChoice::Required => json!("required"),
-                ToolChoice::Function(name) => {
-                    json!({"type": "function", "function": {"name": name}})
-                }
-            };
-            body.insert("tool_choice".into(), v);
-        }
-        if let Some(format) = &req.response_format {
-            let v = match format {
-                ResponseFormat::Text => json!({"type": "text"}),
-                ResponseFormat::JsonObject => json!({"type": "json_object"}),
+                .collect(),
+            tool_choice: req.tool_choice.as_ref().map(|c| match c {
+                ToolChoice::Auto => WireToolChoice::Mode("auto"),
+                ToolChoice::None => WireToolChoice::Mode("none"),
+                ToolChoice::Required => WireToolChoice::Mode("required"),
+                ToolChoice::Function(name) => WireToolChoice::Function {
+                    kind: "function",
+                    function: WireName { name },
+                },
+            }),
+            response_format: req.response_format.as_ref().map(|f| match f {
+                ResponseFormat::Text => WireFormat::Text,
+                ResponseFormat::JsonObject => WireFormat::JsonObject,
                 ResponseFormat::JsonSchema {
                     name,
                     schema,
                     strict,
-                } => {
-                    json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}})
-                }
-            };
-            body.insert("response_format".into(), v);
+                } => WireFormat::JsonSchema {
+                    json_schema: WireSchema {
+                        name,
+                        schema,
+                        strict: *strict,
+                    },
+                },
+            }),
+            temperature: req.temperature,
+            max_completion_tokens: max(MaxTokensField::MaxCompletionTokens),
+            max_tokens: max(MaxTokensField::MaxTokens),
+            stream,
+            stream_options: (stream && self.config.stream_include_usage).then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
-        if let Some(t) = req.temperature {
-            body.insert("temperature".into(), json!(t));
-        }
-        if let Some(max) = req.max_tokens {
-            let field = match self.config.max_tokens_field {
-                MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
-                MaxTokensField::MaxTokens => "max_tokens",
-            };
-            body.insert(field.into(), json!(max));
-        }
-        if stream {
-            body.insert("stream".into(), json!(true));
-            if self.config.stream_include_usage {
-                body.insert("stream_options".into(), json!({"include_usage": true}));
-            }
-        }
-        Value::Object(body)
     }
 }
 
-fn message_json(m: &ChatMessage) -> Value {
-    match m {
-        ChatMessage::System { content } => json!({"role": "system", "content": content}),
-        ChatMessage::User { content } => json!({"role": "user", "content": content}),
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-        } => {
-            let mut v = json!({"role": "assistant", "content": content});
-            if !tool_calls.is_empty() {
-                v["tool_calls"] = Value::Array(
-                    tool_calls
-                        .iter()
-                        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-                        .collect(),
-                );
-            }
-            v
-        }
-        ChatMessage::Tool {
-            tool_call_id,
-            content,
-        } => {
-            json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+// ---- the request as sent (borrowed from the `ChatRequest`) ---------------
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessageOut<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessageOut<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireCallOut<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+impl<'a> From<&'a ChatMessage> for WireMessageOut<'a> {
+    fn from(m: &'a ChatMessage) -> Self {
+        match m {
+            ChatMessage::System { content } => WireMessageOut::System { content },
+            ChatMessage::User { content } => WireMessageOut::User { content },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => WireMessageOut::Assistant {
+                content: content.as_deref(),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| WireCallOut {
+                        id: &c.id,
+                        kind: "function",
+                        function: WireCallFunction {
+                            name: &c.name,
+                            arguments: &c.arguments,
+                        },
+                    })
+                    .collect(),
+            },
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+            } => WireMessageOut::Tool {
+                tool_call_id,
+                content,
+            },
         }
     }
+}
+
+#[derive(Serialize)]
+struct WireCallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireCallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireCallFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: WireName<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireName<'a> {
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireFormat<'a> {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: WireSchema<'a> },
+}
+
+#[derive(Serialize)]
+struct WireSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
 }
 
 // ---- lenient wire types -------------------------------------------------
@@ -474,10 +592,10 @@ impl StreamState {
 impl ChatModel for OpenAiCompatClient {
     async fn complete(&self, req: ChatRequest) -> Result<ChatResponse, LlmError> {
         let model = self.config.model_for(req.tier).to_owned();
-        let body = self.request_body(&req, false);
+        let body = self.request_bytes(&req, false)?;
         let span = tracing::debug_span!("llm.complete", model = %model, tier = %req.tier.as_str(), tools = req.tools.len());
         let resp = async {
-            let bytes = self.core.post_json(CHAT_PATH, &body).await?;
+            let bytes = self.core.post_bytes(CHAT_PATH, body).await?;
             let resp = parse_completion(&bytes, &model)?;
             tracing::debug!(
                 tool_calls = resp.tool_calls.len(),
@@ -497,8 +615,8 @@ impl ChatModel for OpenAiCompatClient {
         req: ChatRequest,
     ) -> Result<BoxStream<'static, Result<StreamDelta, LlmError>>, LlmError> {
         let model = self.config.model_for(req.tier).to_owned();
-        let body = self.request_body(&req, true);
-        let resp = self.core.post_stream(CHAT_PATH, &body).await?;
+        let body = self.request_bytes(&req, true)?;
+        let resp = self.core.post_stream(CHAT_PATH, body).await?;
         let state = StreamState {
             body: resp.bytes_stream().map_ok(|b| b.to_vec()).boxed(),
             decoder: SseDecoder::new(),
@@ -525,6 +643,7 @@ impl ChatModel for OpenAiCompatClient {
 mod tests {
     use super::*;
     use crate::ToolCall;
+    use serde_json::json;
 
     fn client() -> OpenAiCompatClient {
         OpenAiCompatClient::new(LlmConfig::local("http://127.0.0.1:9/v1", "m")).unwrap()
@@ -633,5 +752,41 @@ mod tests {
         assert_eq!(body["max_tokens"], 50);
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    /// The whole body of a structured request, field by field, as the Chat
+    /// Completions API documents it (nothing extra, nothing missing).
+    #[test]
+    fn structured_request_body_is_exactly_the_documented_shape() {
+        let c = client();
+        let req = ChatRequest::new(ModelTier::Control, vec![ChatMessage::user("hi")])
+            .with_response_format(ResponseFormat::JsonSchema {
+                name: "x".into(),
+                schema: json!({"type": "object"}),
+                strict: true,
+            })
+            .with_tool_choice(ToolChoice::None);
+        let body = c.request_body(&req, false);
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tool_choice": "none",
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": true}},
+            })
+        );
+        let sent: Value = serde_json::from_slice(&c.request_bytes(&req, false).unwrap()).unwrap();
+        assert_eq!(sent, body, "the bytes sent are the body");
+        let plain = ChatRequest::new(ModelTier::Control, vec![ChatMessage::assistant("ok")])
+            .with_response_format(ResponseFormat::JsonObject);
+        assert_eq!(
+            c.request_body(&plain, false),
+            json!({
+                "model": "m",
+                "messages": [{"role": "assistant", "content": "ok"}],
+                "response_format": {"type": "json_object"},
+            })
+        );
     }
 }

@@ -405,11 +405,7 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
 
 /// A hybrid app (tokens auth, one user) whose model streams the therapeutic
 /// reply slowly: `(address, token, fake)`.
-async fn slow_streaming_app() -> (
-    std::net::SocketAddr,
-    String,
-    opencouch_testkit::FakeOpenAi,
-) {
+async fn slow_streaming_app() -> (std::net::SocketAddr, String, opencouch_testkit::FakeOpenAi) {
     use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
     use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
     const SKILL: &str = "load_therapeutic_response_skill";
@@ -436,7 +432,10 @@ async fn slow_streaming_app() -> (
     );
     fake.always_when(
         Match::tool_offered(SKILL),
-        Reply::tool_call(SKILL, serde_json::json!({"style": "supportive", "approach": "cbt"})),
+        Reply::tool_call(
+            SKILL,
+            serde_json::json!({"style": "supportive", "approach": "cbt"}),
+        ),
     );
     let mut config = opencouch_llm::LlmConfig::local(fake.base_url(), "fake-model");
     config.max_attempts = 1;

@@ -518,3 +518,56 @@ async fn an_sse_client_that_leaves_mid_reply_cancels_the_turn_and_nothing_is_sav
     assert_eq!(rows.len(), 2, "{history}");
     assert_eq!(rows[0]["content"], "sorry, my connection dropped");
 }
+
+#[tokio::test]
+async fn a_websocket_closed_mid_reply_cancels_the_turn_and_nothing_is_saved() {
+    let (addr, token, _fake) = slow_streaming_app().await;
+    let mut ws = ws_connect(addr, &token).await;
+    ws.send(Message::Text(
+        r#"{"message":"this week has been exhausting","thread_id":"ws-gone"}"#.into(),
+    ))
+    .await
+    .unwrap();
+    // Streamed words arrive while the model is still writing; then close.
+    let mut chunks = 0;
+    while chunks < 2 {
+        if let Message::Text(t) = ws.next().await.expect("an event").unwrap() {
+            let ev: Value = serde_json::from_str(&t).unwrap();
+            assert_ne!(
+                ev["type"], "response_ready",
+                "the reply streams before it is ready"
+            );
+            if ev["type"] == "chunk" {
+                chunks += 1;
+            }
+        }
+    }
+    ws.close(None).await.unwrap();
+    drop(ws);
+
+    let client = reqwest::Client::new();
+    let out: Value = client
+        .post(format!("http://{addr}/api/chat"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"message": "back again", "thread_id": "ws-gone"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        out["response_text"],
+        "I'm still here. What would help most right now?"
+    );
+    let history: Value = client
+        .get(format!("http://{addr}/api/threads/ws-gone/history"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
+}

@@ -177,7 +177,8 @@ def main():
             "turns": args.turns,
             "concurrency": args.concurrency,
             "memory_mode": args.memory_mode,
-            "store": "postgres" if args.database_url else "sqlite",
+            # Incognito turns never touch the database: the runtime keeps them in memory.
+            "store": "memory" if args.memory_mode == "incognito" else ("postgres" if args.database_url else "sqlite"),
             "turns_per_s": round(args.turns / wall, 1),
             "wall_ms_p50": round(statistics.median(latencies), 3),
             "wall_ms_p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 3),

@@ -37,7 +37,7 @@ pub use openai::OpenAiCompatClient;
 #[cfg(any(test, feature = "test-util"))]
 pub use scripted::ScriptedModel;
 pub use sse::SseDecoder;
-pub use stream::{ToolCallAssembler, collect_stream, response_to_deltas};
+pub use stream::{StreamCollector, ToolCallAssembler, collect_stream, response_to_deltas};
 pub use structured::{
     Structured, make_strict, parse_json_lenient, schema_name_for, strict_schema_for, structured,
     structured_with,

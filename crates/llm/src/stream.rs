@@ -102,31 +102,70 @@ impl ToolCallAssembler {
     }
 }
 
+/// Folds stream deltas into one [`ChatResponse`], one delta at a time, so a
+/// caller can forward the text as it arrives ([`collect_stream`] is the
+/// plain fold).
+#[derive(Debug, Default)]
+pub struct StreamCollector {
+    text: String,
+    resp: ChatResponse,
+}
+
+impl StreamCollector {
+    /// An empty response.
+    pub fn new() -> StreamCollector {
+        StreamCollector::default()
+    }
+
+    /// Adds one delta; returns its text, if it carried any.
+    pub fn push(&mut self, delta: StreamDelta) -> Option<String> {
+        match delta {
+            StreamDelta::Text(t) if t.is_empty() => None,
+            StreamDelta::Text(t) => {
+                self.text.push_str(&t);
+                Some(t)
+            }
+            StreamDelta::ToolCall(call) => {
+                self.resp.tool_calls.push(call);
+                None
+            }
+            StreamDelta::Finished {
+                finish_reason,
+                usage,
+                model,
+            } => {
+                self.resp.finish_reason = finish_reason;
+                self.resp.usage = usage;
+                self.resp.model = model;
+                None
+            }
+        }
+    }
+
+    /// Whether any text arrived so far.
+    pub fn has_text(&self) -> bool {
+        !self.text.is_empty()
+    }
+
+    /// The collected response (`text` is `None` when no text arrived).
+    pub fn finish(self) -> ChatResponse {
+        let mut resp = self.resp;
+        resp.text = (!self.text.is_empty()).then_some(self.text);
+        resp
+    }
+}
+
 /// Collects a delta stream into one [`ChatResponse`]; the first error ends collection.
 pub async fn collect_stream<S>(stream: S) -> Result<ChatResponse, LlmError>
 where
     S: Stream<Item = Result<StreamDelta, LlmError>>,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut text = String::new();
-    let mut resp = ChatResponse::default();
+    let mut collector = StreamCollector::new();
     while let Some(item) = stream.next().await {
-        match item? {
-            StreamDelta::Text(t) => text.push_str(&t),
-            StreamDelta::ToolCall(call) => resp.tool_calls.push(call),
-            StreamDelta::Finished {
-                finish_reason,
-                usage,
-                model,
-            } => {
-                resp.finish_reason = finish_reason;
-                resp.usage = usage;
-                resp.model = model;
-            }
-        }
+        collector.push(item?);
     }
-    resp.text = (!text.is_empty()).then_some(text);
-    Ok(resp)
+    Ok(collector.finish())
 }
 
 /// Turns a complete response into a delta stream (text in small pieces, then

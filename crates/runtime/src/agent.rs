@@ -13,8 +13,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 use opencouch_core::{MemoryMode, ModelTier};
 use opencouch_llm::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, StreamDelta, ToolCall, ToolChoice,
-    ToolSpec,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, StreamCollector, ToolCall,
+    ToolChoice, ToolSpec,
 };
 use opencouch_prompts::tools::Toolset;
 use serde_json::{Value, json};
@@ -228,30 +228,15 @@ async fn streamed_round(
     earlier_text: bool,
 ) -> Result<ChatResponse, LlmError> {
     let mut stream = model.stream(req).await?;
-    let mut resp = ChatResponse::default();
-    let mut text = String::new();
+    let mut collected = StreamCollector::new();
     while let Some(delta) = stream.next().await {
-        match delta? {
-            StreamDelta::Text(t) if t.is_empty() => {}
-            StreamDelta::Text(t) => {
-                if text.is_empty() && earlier_text {
-                    out.text(ROUND_SEPARATOR).await;
-                }
-                out.text(&t).await;
-                text.push_str(&t);
+        let first = !collected.has_text();
+        if let Some(text) = collected.push(delta?) {
+            if first && earlier_text {
+                out.text(ROUND_SEPARATOR).await;
             }
-            StreamDelta::ToolCall(call) => resp.tool_calls.push(call),
-            StreamDelta::Finished {
-                finish_reason,
-                usage,
-                model,
-            } => {
-                resp.finish_reason = finish_reason;
-                resp.usage = usage;
-                resp.model = model;
-            }
+            out.text(&text).await;
         }
     }
-    resp.text = (!text.is_empty()).then_some(text);
-    Ok(resp)
+    Ok(collected.finish())
 }

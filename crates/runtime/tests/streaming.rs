@@ -14,7 +14,6 @@ use common::{hybrid, state, transcript_len, turn};
 use futures::StreamExt;
 use opencouch_core::{AgentInput, AgentOutput, ResponseType, Route, StreamEvent};
 use opencouch_runtime::{Runtime, TurnStream};
-use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
 use opencouch_testkit::{Endpoint, FakeOpenAi, Match, Reply, canned};
 use serde_json::json;
 
@@ -24,16 +23,7 @@ const CRISIS_TOOL: &str = "lookup_crisis_resources";
 /// A fake whose gate says `level` and whose triage says therapeutic.
 async fn fake_at(level: u8) -> FakeOpenAi {
     let fake = FakeOpenAi::start().await;
-    fake.always_when(gate_request(), gate_reply(level));
-    fake.always_when(
-        triage_request(),
-        Reply::json(canned::triage_json(
-            "therapeutic",
-            "none",
-            "ambiguous_or_none",
-            None,
-        )),
-    );
+    canned::script_gate_and_triage(&fake, level, "therapeutic");
     fake
 }
 

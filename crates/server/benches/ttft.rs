@@ -32,7 +32,6 @@ use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_server::{AppState, AuthMode, Limits};
 use opencouch_store::{EphemeralStores, Stores};
-use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
 use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
 use serde_json::json;
 
@@ -78,16 +77,7 @@ async fn main() {
                  What has been the hardest part of it for you, and what has helped, even a little?";
 
     let fake = FakeOpenAi::start().await;
-    fake.always_when(gate_request(), gate_reply(0));
-    fake.always_when(
-        triage_request(),
-        Reply::json(canned::triage_json(
-            "therapeutic",
-            "none",
-            "ambiguous_or_none",
-            None,
-        )),
-    );
+    canned::script_gate_and_triage(&fake, 0, "therapeutic");
     // First specialist round: the skill call; second (after the tool
     // result): the streamed reply.
     fake.always_when(

@@ -406,20 +406,10 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
 /// A hybrid app (tokens auth, one user) whose model streams the therapeutic
 /// reply slowly: `(address, token, fake)`.
 async fn slow_streaming_app() -> (std::net::SocketAddr, String, opencouch_testkit::FakeOpenAi) {
-    use opencouch_testkit::canned::{gate_reply, gate_request, triage_request};
     use opencouch_testkit::{FakeOpenAi, Match, Reply, canned};
     const SKILL: &str = "load_therapeutic_response_skill";
     let fake = FakeOpenAi::start().await;
-    fake.always_when(gate_request(), gate_reply(0));
-    fake.always_when(
-        triage_request(),
-        Reply::json(canned::triage_json(
-            "therapeutic",
-            "none",
-            "ambiguous_or_none",
-            None,
-        )),
-    );
+    canned::script_gate_and_triage(&fake, 0, "therapeutic");
     // The first reply streams over about 2 s; later ones at once.
     fake.push_when(
         Match::tool_offered(SKILL).and(Match::last_role("tool")),
@@ -489,12 +479,18 @@ async fn an_sse_client_that_leaves_mid_reply_cancels_the_turn_and_nothing_is_sav
     // The first words arrived while the model is still writing; leave.
     drop(body);
 
-    // The next turn on the thread waits for the thread lock: had the first
-    // turn gone on, it would have committed first (4 messages).
+    assert_only_the_next_turn_is_saved(addr, &token, "gone").await;
+}
+
+/// Sends the next message on `thread` and checks that only it and its reply
+/// are stored. The next turn waits for the thread lock: had the left turn
+/// gone on, it would have committed first (4 messages).
+async fn assert_only_the_next_turn_is_saved(addr: std::net::SocketAddr, token: &str, thread: &str) {
+    let client = reqwest::Client::new();
     let out: Value = client
         .post(format!("http://{addr}/api/chat"))
-        .bearer_auth(&token)
-        .json(&serde_json::json!({"message": "sorry, my connection dropped", "thread_id": "gone"}))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"message": "sorry, my connection dropped", "thread_id": thread}))
         .send()
         .await
         .unwrap()
@@ -506,8 +502,8 @@ async fn an_sse_client_that_leaves_mid_reply_cancels_the_turn_and_nothing_is_sav
         "I'm still here. What would help most right now?"
     );
     let history: Value = client
-        .get(format!("http://{addr}/api/threads/gone/history"))
-        .bearer_auth(&token)
+        .get(format!("http://{addr}/api/threads/{thread}/history"))
+        .bearer_auth(token)
         .send()
         .await
         .unwrap()
@@ -544,30 +540,5 @@ async fn a_websocket_closed_mid_reply_cancels_the_turn_and_nothing_is_saved() {
     }
     ws.close(None).await.unwrap();
     drop(ws);
-
-    let client = reqwest::Client::new();
-    let out: Value = client
-        .post(format!("http://{addr}/api/chat"))
-        .bearer_auth(&token)
-        .json(&serde_json::json!({"message": "back again", "thread_id": "ws-gone"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        out["response_text"],
-        "I'm still here. What would help most right now?"
-    );
-    let history: Value = client
-        .get(format!("http://{addr}/api/threads/ws-gone/history"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(history.as_array().map(Vec::len), Some(2), "{history}");
+    assert_only_the_next_turn_is_saved(addr, &token, "ws-gone").await;
 }

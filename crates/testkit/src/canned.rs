@@ -75,6 +75,13 @@ pub fn empty_extraction_reply() -> Reply {
     Reply::json(json!({"facts": [], "rules": []}))
 }
 
+/// Scripts the two structured calls before a reply: the gate says `level`,
+/// triage says `route` (every time).
+pub fn script_gate_and_triage(fake: &FakeOpenAi, level: u8, route: &str) {
+    fake.always_when(gate_request(), gate_reply(level));
+    fake.always_when(triage_request(), triage_reply(route));
+}
+
 /// Scripts a calm conversation: the gate says level 0, triage says
 /// therapeutic, extraction proposes nothing, and every other call (the reply
 /// itself) answers `reply` unless a test adds its own rules first.

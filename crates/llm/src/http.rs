@@ -184,10 +184,7 @@ impl HttpCore {
 
     /// POSTs `body` as JSON and returns the whole successful response body.
     pub(crate) async fn post_json(&self, path: &str, body: &Value) -> Result<Vec<u8>, LlmError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| LlmError::BadResponse {
-            reason: format!("the request could not be encoded: {e}"),
-        })?;
-        self.post_bytes(path, bytes).await
+        self.post_bytes(path, encode(body)?).await
     }
 
     /// POSTs `body` (already encoded JSON) and returns the whole successful
@@ -245,6 +242,13 @@ impl HttpCore {
         })
         .await
     }
+}
+
+/// A request body as JSON bytes.
+pub(crate) fn encode(body: &impl serde::Serialize) -> Result<Vec<u8>, LlmError> {
+    serde_json::to_vec(body).map_err(|e| LlmError::BadResponse {
+        reason: format!("the request could not be encoded: {e}"),
+    })
 }
 
 #[cfg(test)]

@@ -69,9 +69,7 @@ impl OpenAiCompatClient {
     /// intermediate JSON tree (no copy of the prompt, the history or the
     /// schemas per call).
     fn request_bytes(&self, req: &ChatRequest, stream: bool) -> Result<Vec<u8>, LlmError> {
-        serde_json::to_vec(&self.wire_request(req, stream)).map_err(|e| LlmError::BadResponse {
-            reason: format!("the request could not be encoded: {e}"),
-        })
+        crate::http::encode(&self.wire_request(req, stream))
     }
 
     fn wire_request<'a>(&'a self, req: &'a ChatRequest, stream: bool) -> WireRequest<'a> {

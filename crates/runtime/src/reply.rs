@@ -90,10 +90,26 @@ impl EventSink {
                 text
             }
         };
-        for chunk in crate::steps::chunks(rest) {
+        for chunk in chunks(rest) {
             self.send(StreamEvent::Chunk { text: chunk }).await;
         }
     }
+}
+
+/// Splits a reply into stream chunks at word boundaries.
+fn chunks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for piece in text.split_inclusive(' ') {
+        cur.push_str(piece);
+        if cur.len() >= 24 {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 struct LiveText {
@@ -111,18 +127,6 @@ pub struct ReplyOut {
 }
 
 impl ReplyOut {
-    /// A reply nobody listens to (nothing is streamed).
-    pub fn off() -> Self {
-        ReplyOut {
-            tx: None,
-            state: Mutex::new(LiveText {
-                filter: PseudoCallFilter::new(),
-                prefix: None,
-                sent: String::new(),
-            }),
-        }
-    }
-
     /// Whether a listener receives the text as it is written.
     pub fn is_live(&self) -> bool {
         self.tx.is_some()
@@ -286,11 +290,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn chunks_rejoin_exactly() {
+        let text = "Thank you for telling me. That sounds like a lot to carry right now, and it makes sense to feel tired.";
+        let parts = chunks(text);
+        assert!(parts.len() > 2);
+        assert_eq!(parts.concat(), text);
+    }
+
     #[tokio::test]
     async fn a_reply_nobody_listens_to_is_not_live() {
         let sink = EventSink::silent(CancellationToken::new());
         assert!(!sink.reply(None).is_live());
-        assert!(!ReplyOut::off().is_live());
     }
 
     #[tokio::test]

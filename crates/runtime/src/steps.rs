@@ -346,22 +346,6 @@ pub(crate) fn output(
     }
 }
 
-/// Splits a reply into stream chunks at word boundaries.
-pub(crate) fn chunks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for piece in text.split_inclusive(' ') {
-        cur.push_str(piece);
-        if cur.len() >= 24 {
-            out.push(std::mem::take(&mut cur));
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
 #[cfg(test)]
 #[path = "steps_tests.rs"]
 mod tests;

@@ -229,11 +229,3 @@ fn crisis_levels_always_answer_on_the_crisis_route() {
         assert_eq!(msgs[1].content, "Reply.");
     }
 }
-
-#[test]
-fn chunks_rejoin_exactly() {
-    let text = "Thank you for telling me. That sounds like a lot to carry right now, and it makes sense to feel tired.";
-    let parts = chunks(text);
-    assert!(parts.len() > 2);
-    assert_eq!(parts.concat(), text);
-}

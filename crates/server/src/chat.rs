@@ -227,13 +227,12 @@ pub(crate) fn turn_events(
                     state.metrics().turn(&output, started.elapsed());
                     StreamEvent::Done { output }
                 }
-                StreamEvent::Error { code, message } if code == "cancelled" => {
-                    state.metrics().turn_error(&code);
-                    StreamEvent::Error { code, message }
-                }
                 StreamEvent::Error { code, message } => {
                     state.metrics().turn_error(&code);
-                    tracing::error!(code = %code, error = %message, "streamed turn failed");
+                    // A cancelled turn is not a failure: its client left.
+                    if code != "cancelled" {
+                        tracing::error!(code = %code, error = %message, "streamed turn failed");
+                    }
                     let message = stream_error_message(&code, message);
                     StreamEvent::Error { code, message }
                 }
@@ -259,7 +258,7 @@ pub(crate) fn turn_events(
 /// wording for input errors, a generic one otherwise (details go to the log).
 fn stream_error_message(code: &str, message: String) -> String {
     match code {
-        "invalid_input" | "message_too_long" => message,
+        "invalid_input" | "message_too_long" | "cancelled" => message,
         "storage_unavailable" => "storage is unavailable".to_owned(),
         _ => "the turn could not be completed".to_owned(),
     }

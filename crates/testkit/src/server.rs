@@ -140,12 +140,13 @@ async fn handle(
 }
 
 /// An SSE body of `events`, optionally aborted (connection reset) after `cut_after` events.
-/// `mark` records when event `mark.0` is handed to the connection.
+/// `first_text` records when event 1 (the first text after the role event)
+/// is handed to the connection.
 fn sse_body(
     events: Vec<String>,
     cut_after: Option<usize>,
     delay: Duration,
-    mark: Option<(usize, Arc<Mutex<Vec<Instant>>>)>,
+    first_text: Option<Arc<Mutex<Vec<Instant>>>>,
 ) -> Response {
     let keep = cut_after.unwrap_or(events.len());
     let mut items: Vec<Result<Bytes, std::io::Error>> = events
@@ -160,7 +161,7 @@ fn sse_body(
         )));
     }
     let stream = futures::stream::iter(items.into_iter().enumerate()).then(move |(i, item)| {
-        let mark = mark.clone();
+        let first_text = first_text.clone();
         async move {
             // Let earlier chunks reach the client before a cut, so it sees a partial body.
             let wait = if item.is_err() {
@@ -171,7 +172,7 @@ fn sse_body(
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
-            if let Some((_, log)) = mark.filter(|(at, _)| *at == i && item.is_ok()) {
+            if let Some(log) = first_text.filter(|_| i == 1 && item.is_ok()) {
                 log.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(Instant::now());
@@ -293,11 +294,10 @@ fn chat(
             events.push(format!("data: {v}\n\n"));
         }
         events.push("data: [DONE]\n\n".to_owned());
-        // Event 0 is the role; event 1 is the first text, when there is text.
         let first_text = text
             .as_deref()
             .is_some_and(|t| !t.is_empty())
-            .then(|| (1, shared.first_text_sent.clone()));
+            .then(|| shared.first_text_sent.clone());
         return sse_body(events, cut_after, chunk_delay, first_text);
     }
 

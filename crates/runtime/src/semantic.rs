@@ -253,10 +253,9 @@ impl SemanticSignal {
             LoadState::NotLoaded => {}
         }
         let me = Arc::clone(self);
-        let job = tokio::task::spawn_blocking(move || me.load_now());
-        match tokio::time::timeout(LOAD_TIMEOUT, job).await {
-            Ok(Ok(Ok(()))) => true,
-            Ok(Ok(Err(e))) => {
+        match bounded_blocking(LOAD_TIMEOUT, move || me.load_now()).await {
+            Bounded::Done(Ok(())) => true,
+            Bounded::Done(Err(e)) => {
                 // A model that failed to load was logged once, where it
                 // happened; anything else is the exemplar index.
                 if !matches!(self.embedder.state(), LoadState::Failed(_)) {
@@ -264,11 +263,11 @@ impl SemanticSignal {
                 }
                 false
             }
-            Ok(Err(_)) => {
+            Bounded::Panicked => {
                 tracing::warn!("semantic signal model load panicked");
                 false
             }
-            Err(_) => {
+            Bounded::TimedOut => {
                 tracing::warn!(
                     timeout_ms = LOAD_TIMEOUT.as_millis() as u64,
                     "semantic signal model still loading"
@@ -289,18 +288,17 @@ impl SemanticSignal {
         }
         let me = Arc::clone(self);
         let text = message.to_owned();
-        let job = tokio::task::spawn_blocking(move || me.assess_blocking(&text));
-        match tokio::time::timeout(SEMANTIC_TIMEOUT, job).await {
-            Ok(Ok(Ok(out))) => Some(out),
-            Ok(Ok(Err(e))) => {
+        match bounded_blocking(SEMANTIC_TIMEOUT, move || me.assess_blocking(&text)).await {
+            Bounded::Done(Ok(out)) => Some(out),
+            Bounded::Done(Err(e)) => {
                 tracing::warn!(error = %e, "semantic signal failed");
                 None
             }
-            Ok(Err(_)) => {
+            Bounded::Panicked => {
                 tracing::warn!("semantic signal task panicked");
                 None
             }
-            Err(_) => {
+            Bounded::TimedOut => {
                 tracing::warn!(
                     timeout_ms = SEMANTIC_TIMEOUT.as_millis() as u64,
                     "semantic signal timed out"
@@ -308,5 +306,25 @@ impl SemanticSignal {
                 None
             }
         }
+    }
+}
+
+/// How a blocking job run under a time bound ended.
+enum Bounded<T> {
+    Done(T),
+    Panicked,
+    TimedOut,
+}
+
+/// Runs `job` on a blocking thread, waiting at most `limit` (a job past its
+/// bound finishes in the background; its result is dropped).
+async fn bounded_blocking<T: Send + 'static>(
+    limit: Duration,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Bounded<T> {
+    match tokio::time::timeout(limit, tokio::task::spawn_blocking(job)).await {
+        Ok(Ok(out)) => Bounded::Done(out),
+        Ok(Err(_)) => Bounded::Panicked,
+        Err(_) => Bounded::TimedOut,
     }
 }

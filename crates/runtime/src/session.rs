@@ -169,10 +169,27 @@ impl Runtime {
     /// Finalizes every expired session once. Only one process sweeps at a
     /// time (a global lock); each thread is re-checked under its own lock.
     pub async fn sweep_expired(&self, now: DateTime<Utc>) -> Result<usize, RuntimeError> {
-        let inner = &self.inner;
-        let Some(_sweeper) = inner.stores.locks.try_lock_global(SWEEPER_LOCK).await? else {
+        let Some(sweeper) = self
+            .inner
+            .stores
+            .locks
+            .try_lock_global(SWEEPER_LOCK)
+            .await?
+        else {
             return Ok(0);
         };
+        let swept = self.sweep_locked(now).await;
+        // Released before returning (not in the background on drop), so the
+        // next sweep, in this process or another, finds the lock free.
+        if let Err(e) = sweeper.release().await {
+            tracing::warn!(error = %e, "sweeper lock release failed");
+        }
+        swept
+    }
+
+    /// The sweep under the sweeper lock.
+    async fn sweep_locked(&self, now: DateTime<Utc>) -> Result<usize, RuntimeError> {
+        let inner = &self.inner;
         let expired = inner
             .stores
             .sessions

@@ -16,7 +16,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -80,9 +79,9 @@ impl StoreKind {
 /// Whether the crisis gate's semantic signal runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SemanticSwitch {
-    /// As in `chat` and `serve`: on when the local embedding model is found
+    /// As in `chat` and `serve`: the built-in learned layer runs
     Auto,
-    /// Off, to measure the pipeline without the local embedding of every message
+    /// Off, to measure the pipeline without the learned layer
     Off,
 }
 
@@ -116,8 +115,8 @@ pub struct TurnsArgs {
     /// Where conversations are kept: memory, sqlite or postgres
     #[arg(long, value_enum, value_name = "STORE", default_value_t = StoreKind::Memory)]
     pub store: StoreKind,
-    /// The crisis gate's semantic signal (local all-MiniLM-L6-v2 embedding of every message):
-    /// auto (on when the model is found, as in chat and serve) or off
+    /// The crisis gate's semantic signal (the built-in learned layer): auto (on, as in chat and
+    /// serve) or off
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = SemanticSwitch::Auto)]
     pub semantic: SemanticSwitch,
     /// Print one JSON object (same field names as the Python peer's --json) instead of text
@@ -243,31 +242,19 @@ async fn build(
     })
 }
 
-/// The semantic signal (unless `--semantic off`) and the memory embedder
-/// that `Runtime::from_settings` attaches.
+/// The semantic signal (the learned layer, unless `--semantic off`) and the
+/// memory embedder that `Runtime::from_settings` attaches (the local model
+/// loads on the first turn that retrieves; incognito never embeds).
 fn with_local_model(runtime: Runtime, settings: &Settings, semantic: SemanticSwitch) -> Runtime {
-    let semantic = match semantic {
-        SemanticSwitch::Auto => {
-            opencouch_runtime::semantic::SemanticSignal::from_settings(settings).0
-        }
-        SemanticSwitch::Off => None,
-    };
-    // Incognito never embeds for memory: no model to load for it.
-    let embedder = match &semantic {
-        Some(s) => {
-            Some(Arc::new(s.embedder().clone()) as opencouch_runtime::memory::EmbedderHandle)
-        }
-        None if runtime.memory_mode() == MemoryMode::Incognito => None,
-        None => opencouch_runtime::memory::embedder_from_settings(settings),
+    let embedder = match runtime.memory_mode() {
+        MemoryMode::Incognito => None,
+        MemoryMode::Persistent => opencouch_runtime::memory::embedder_from_settings(settings),
     };
     let runtime = match embedder {
         Some(e) => runtime.with_embedder(e),
         None => runtime,
     };
-    match semantic {
-        Some(s) => runtime.with_semantic(s),
-        None => runtime,
-    }
+    runtime.with_semantic(semantic == SemanticSwitch::Auto)
 }
 
 /// Why a turn's output does not count.

@@ -169,15 +169,9 @@ impl Session {
 /// The semantic signal's part of the `/status` crisis-gate line.
 fn semantic_status_line(status: Option<SemanticStatus>) -> String {
     match status {
-        Some(SemanticStatus::NotLoaded(_)) => {
-            " + semantic signal (local embeddings; the model loads with the first message)"
-                .to_owned()
-        }
-        Some(SemanticStatus::On(_)) => " + semantic signal (local embeddings, loaded)".to_owned(),
+        Some(SemanticStatus::On) => " + semantic signal (built-in learned layer)".to_owned(),
         Some(SemanticStatus::Failed(why)) => format!("; semantic signal off ({why})"),
-        Some(SemanticStatus::ModelMissing) | None => {
-            "; semantic signal off (run `opencouch models install`)".to_owned()
-        }
+        Some(SemanticStatus::Off) | None => "; semantic signal off".to_owned(),
     }
 }
 

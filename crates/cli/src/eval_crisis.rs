@@ -12,20 +12,19 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use opencouch_core::RuntimeMode;
-use opencouch_runtime::semantic::SemanticSignal;
-use opencouch_safety::classify;
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, MissReport, parse_cases};
+use opencouch_safety::{GateOptions, classify_with};
 
 use crate::out::{out, outln};
 
-/// Whether to use the semantic signal.
+/// Whether to use the semantic signal (the gate's learned layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SemanticChoice {
-    /// On when the local embedding model is installed.
+    /// On (it is built in): report without and with it.
     Auto,
-    /// On; fail when the model is missing.
+    /// The same as auto.
     On,
-    /// Off (the deterministic layers only).
+    /// Off (the rules only).
     Off,
 }
 
@@ -40,14 +39,18 @@ pub struct EvalCrisisArgs {
     /// twitter, kaggle or dreaddit
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     pub format: DataFormat,
-    /// Write one JSON line per case, in input order: {id, level,
+    /// Write one JSON line per case, in input order: {id, gold, level,
     /// level_without_semantic, confidence, classifier_path, layer,
-    /// semantic_level, semantic_construct}
+    /// semantic_level, semantic_p_flag, semantic_p_escalate}
     #[arg(long, value_name = "OUT.jsonl")]
     pub predictions: Option<PathBuf>,
-    /// The semantic signal (local embeddings): auto, on or off
+    /// The semantic signal (the gate's built-in learned layer): auto, on or off
     #[arg(long, value_enum, default_value = "auto")]
     pub semantic: SemanticChoice,
+    /// With --format esconv: print the text of each escalated turn (off by
+    /// default: the listing names conversation and turn ids only)
+    #[arg(long)]
+    pub show_text: bool,
     /// Classifier mode. Filled from the global `--mode` flag by the caller
     /// (`deterministic` when unset); `hybrid`/`auto` need a configured model.
     #[arg(skip)]
@@ -58,27 +61,27 @@ fn parse_format(s: &str) -> Result<DataFormat, String> {
     s.parse::<DataFormat>().map_err(|e| e.to_string())
 }
 
-/// One classification before the semantic signal.
+/// One classification.
 struct Verdict {
     level: u8,
     confidence: &'static str,
     path: &'static str,
     layer: &'static str,
     signals: Vec<&'static str>,
+    learned: Option<opencouch_safety::learned::LearnedScore>,
 }
 
-/// Messages scored together (one embedding batch stream).
-const SEMANTIC_BATCH: usize = 64;
-
-/// Runs the evaluation and prints the report to stdout. Hybrid (or auto
-/// with a model configured) runs the runtime's hybrid gate against the
-/// configured model; the semantic signal is then applied on top of the
-/// gate's level (it can only raise it).
+/// Runs the evaluation and prints the report to stdout. Deterministic mode
+/// classifies every case twice, without and with the learned layer, and
+/// prints both; hybrid (or auto with a model configured) runs the runtime's
+/// hybrid gate against the configured model, with the learned layer unless
+/// `--semantic off`.
 pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyhow::Result<()> {
     let mode = match args.mode.unwrap_or(RuntimeMode::Deterministic) {
         RuntimeMode::Auto => settings.effective_mode(),
         m => m,
     };
+    let semantic = args.semantic != SemanticChoice::Off;
     let mut hybrid = None;
     if mode == RuntimeMode::Hybrid {
         if !settings.model_configured() {
@@ -91,60 +94,24 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
         let gate = opencouch_runtime::CrisisGate::hybrid(
             model,
             std::time::Duration::from_secs(s.model_timeout_secs),
-        );
+        )
+        .with_semantic(semantic);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
         hybrid = Some((gate, rt));
     }
-    let semantic = match args.semantic {
-        SemanticChoice::Off => None,
-        choice => match SemanticSignal::from_settings(settings) {
-            // Loaded up front, so a model that fails to load is reported
-            // here (and `auto` evaluates without it) rather than mid-run.
-            (Some(s), _) => match s.load_now() {
-                Ok(()) => Some(s),
-                Err(e) if choice == SemanticChoice::On => {
-                    bail!("semantic signal requested but the model failed to load: {e}")
-                }
-                Err(e) => {
-                    eprintln!("semantic signal off: the model failed to load: {e}");
-                    None
-                }
-            },
-            (None, status) if choice == SemanticChoice::On => {
-                bail!("semantic signal requested but {}", status.describe())
-            }
-            (None, status) => {
-                eprintln!("semantic signal {}", status.describe());
-                None
-            }
-        },
-    };
-    let classify_case = |history: &[opencouch_core::Message], message: &str| -> Verdict {
-        match &hybrid {
-            Some((gate, rt)) => {
-                let v = rt.block_on(gate.assess(history, message));
-                Verdict {
-                    level: v.assessment().level.get(),
-                    confidence: v.assessment().confidence.as_str(),
-                    path: v.path().as_str(),
-                    layer: "hybrid_gate",
-                    signals: Vec::new(),
-                }
-            }
-            None => {
-                let c = classify(history, message);
-                let mut signals = c.matched_families.clone();
-                signals.extend(c.constructs.iter().copied());
-                Verdict {
-                    level: c.assessment.level.get(),
-                    confidence: c.assessment.confidence.as_str(),
-                    path: c.path.as_str(),
-                    layer: c.layer.as_str(),
-                    signals,
-                }
-            }
+    let deterministic = |history: &[opencouch_core::Message], message: &str, learned: bool| {
+        let c = classify_with(history, message, GateOptions { learned });
+        let mut signals = c.matched_families.clone();
+        signals.extend(c.constructs.iter().copied());
+        Verdict {
+            level: c.assessment.level.get(),
+            confidence: c.assessment.confidence.as_str(),
+            path: c.path.as_str(),
+            layer: c.layer.as_str(),
+            signals,
+            learned: c.learned,
         }
     };
     let input = std::fs::read_to_string(&args.data)
@@ -164,7 +131,7 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
         )),
         None => None,
     };
-    let bar = if cases.len() >= 500 || semantic.is_some() {
+    let bar = if cases.len() >= 500 && hybrid.is_some() {
         let b = indicatif::ProgressBar::new(cases.len() as u64);
         b.set_style(
             indicatif::ProgressStyle::with_template(
@@ -177,58 +144,100 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
         None
     };
     let started = std::time::Instant::now();
-    let mut semantic_ms = 0.0f64;
     let mut raised = [0usize; 3];
-    for group in cases.chunks(SEMANTIC_BATCH) {
-        let scores = match &semantic {
-            Some(s) => {
-                let t = std::time::Instant::now();
-                let msgs: Vec<&str> = group.iter().map(|c| c.message.as_str()).collect();
-                let scores = s
-                    .assess_many_blocking(&msgs)
-                    .map_err(|e| anyhow::anyhow!("semantic signal failed: {e}"))?;
-                semantic_ms += t.elapsed().as_secs_f64() * 1000.0;
-                Some(scores)
+    let two_passes = hybrid.is_none() && semantic;
+    // ESConv: each conversation's earlier seeker turns carry the level the
+    // gate gave them, as the runtime's transcript does.
+    let conversational = args.format == DataFormat::Esconv;
+    let mut levels_so_far: (String, Vec<u8>) = (String::new(), Vec::new());
+    let mut escalated: Vec<String> = Vec::new();
+    for case in &cases {
+        let mut case_history;
+        let case = if conversational {
+            let conv = case.id.split(':').next().unwrap_or("").to_owned();
+            if levels_so_far.0 != conv {
+                levels_so_far = (conv, Vec::new());
             }
-            None => None,
+            case_history = case.clone();
+            let mut it = levels_so_far.1.iter();
+            for m in case_history.history.iter_mut().filter(|m| m.is_user()) {
+                m.crisis_level = it.next().copied();
+            }
+            &case_history
+        } else {
+            case
         };
-        for (i, case) in group.iter().enumerate() {
-            let v = classify_case(&case.history, &case.message);
-            let sem = scores.as_ref().map(|s| &s[i]);
-            let sem_level = sem.map_or(0, |s| s.level());
-            let level = v.level.max(sem_level);
-            if level > v.level {
-                raised[usize::from(level.min(2))] += 1;
+        let (base, v) = match &hybrid {
+            Some((gate, rt)) => {
+                let g = rt.block_on(gate.assess(&case.history, &case.message));
+                let v = Verdict {
+                    level: g.assessment().level.get(),
+                    confidence: g.assessment().confidence.as_str(),
+                    path: g.path().as_str(),
+                    layer: g.layer(),
+                    signals: Vec::new(),
+                    learned: g.semantic().map(|s| s.score),
+                };
+                (v.level, v)
             }
-            without.add(case.gold, v.level);
-            with.add(case.gold, level);
-            let (layer, mut signals) = if level > v.level {
-                ("semantic", v.signals.clone())
-            } else {
-                (v.layer, v.signals.clone())
+            None if two_passes => {
+                let base = deterministic(&case.history, &case.message, false).level;
+                (base, deterministic(&case.history, &case.message, true))
+            }
+            None => {
+                let v = deterministic(&case.history, &case.message, false);
+                (v.level, v)
+            }
+        };
+        if v.level > base {
+            raised[usize::from(v.level.min(2))] += 1;
+        }
+        without.add(case.gold, base);
+        with.add(case.gold, v.level);
+        if conversational {
+            levels_so_far.1.push(v.level);
+            if v.level >= 2 {
+                let mut line = format!(
+                    "  {} level {} layer {} signals [{}]",
+                    case.id,
+                    v.level,
+                    v.layer,
+                    v.signals.join(", ")
+                );
+                if args.show_text {
+                    line.push_str(&format!("\n      {}", case.message.replace('\n', " ")));
+                }
+                escalated.push(line);
+            }
+        }
+        misses.record(case, v.level, v.layer, &v.signals);
+        if let Some(w) = out.as_mut() {
+            let gold = match case.gold {
+                Gold::Level(l) => serde_json::json!(l),
+                Gold::LevelIn(bits) => serde_json::json!(
+                    (0u8..4)
+                        .filter(|l| bits & (1 << l) != 0)
+                        .collect::<Vec<_>>()
+                ),
+                Gold::Binary(b) => serde_json::json!(b),
+                Gold::Unlabeled => serde_json::Value::Null,
             };
-            if level > v.level
-                && let Some(s) = sem
-            {
-                signals.push(construct_name(&s.construct));
-            }
-            misses.record(case, level, layer, &signals);
-            if let Some(w) = out.as_mut() {
-                let line = serde_json::json!({
-                    "id": case.id,
-                    "level": level,
-                    "level_without_semantic": v.level,
-                    "confidence": v.confidence,
-                    "classifier_path": v.path,
-                    "layer": layer,
-                    "semantic_level": sem.map(|s| s.level()),
-                    "semantic_construct": sem.map(|s| s.construct.clone()),
-                });
-                writeln!(w, "{line}").context("cannot write predictions")?;
-            }
-            if let Some(b) = &bar {
-                b.inc(1);
-            }
+            let line = serde_json::json!({
+                "id": case.id,
+                "gold": gold,
+                "level": v.level,
+                "level_without_semantic": base,
+                "confidence": v.confidence,
+                "classifier_path": v.path,
+                "layer": v.layer,
+                "semantic_level": v.learned.map(|s| s.level),
+                "semantic_p_flag": v.learned.map(|s| s.p_flag),
+                "semantic_p_escalate": v.learned.map(|s| s.p_escalate),
+            });
+            writeln!(w, "{line}").context("cannot write predictions")?;
+        }
+        if let Some(b) = &bar {
+            b.inc(1);
         }
     }
     if let Some(b) = bar {
@@ -239,45 +248,42 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
     }
     let elapsed = started.elapsed();
     outln!(
-        "crisis gate evaluation: {} cases, format {:?}, mode {}, semantic signal {}",
+        "crisis gate evaluation: {} cases, format {:?}, mode {}, semantic signal (learned layer) {}",
         cases.len(),
         args.format,
         mode,
-        if semantic.is_some() { "on" } else { "off" }
+        if semantic { "on" } else { "off" }
     )?;
-    if semantic.is_some() {
-        outln!("=== without the semantic signal")?;
+    if two_passes {
+        outln!("=== without the learned layer")?;
         out!("{}", without.render())?;
-        outln!("=== with the semantic signal")?;
+        outln!("=== with the learned layer")?;
         out!("{}", with.render())?;
         outln!(
-            "semantic signal raised {} cases to 1 and {} to 2; {:.2} ms per case for embedding and scoring",
+            "learned layer raised {} cases to 1 and {} to 2",
             raised[1],
             raised[2],
-            semantic_ms / cases.len().max(1) as f64
         )?;
     } else {
-        out!("{}", without.render())?;
+        out!("{}", with.render())?;
     }
     out!("{}", misses.render())?;
+    if conversational {
+        outln!(
+            "escalated seeker turns (level >= 2): {} of {} ({:.3}%)",
+            escalated.len(),
+            cases.len(),
+            escalated.len() as f64 * 100.0 / cases.len().max(1) as f64
+        )?;
+        for line in &escalated {
+            outln!("{line}")?;
+        }
+    }
     outln!(
-        "throughput: {:.0} cases/s ({:.1} ms total)",
+        "throughput: {:.0} cases/s ({:.1} ms total{})",
         cases.len() as f64 / elapsed.as_secs_f64().max(1e-9),
-        elapsed.as_secs_f64() * 1e3
+        elapsed.as_secs_f64() * 1e3,
+        if two_passes { ", both passes" } else { "" }
     )?;
     Ok(())
-}
-
-/// Construct names come from the exemplar file; the miss report wants a
-/// `&'static str`, so each of the dozen names is interned once.
-fn construct_name(name: &str) -> &'static str {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-    static NAMES: LazyLock<Mutex<HashMap<String, &'static str>>> =
-        LazyLock::new(|| Mutex::new(HashMap::new()));
-    let Ok(mut map) = NAMES.lock() else {
-        return "semantic";
-    };
-    map.entry(name.to_owned())
-        .or_insert_with(|| Box::leak(format!("semantic:{name}").into_boxed_str()))
 }

@@ -146,8 +146,7 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
     outln!(
         "{:<width$}  {}",
         "semantic signal",
-        opencouch_runtime::semantic::SemanticSignal::status_without_loading(&loaded.settings)
-            .describe()
+        opencouch_runtime::semantic::SemanticStatus::of(true).describe()
     )?;
     Ok(())
 }

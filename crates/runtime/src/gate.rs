@@ -28,7 +28,7 @@ use opencouch_core::{
 use opencouch_llm::ChatModel;
 use opencouch_safety::episode::{self, EpisodeFacts, FollowUpDecision};
 
-use crate::semantic::{SemanticOutcome, SemanticSignal};
+use crate::semantic::SemanticOutcome;
 use serde::Deserialize;
 
 /// The gate's decision for one message. Constructed only by [`CrisisGate`].
@@ -51,9 +51,9 @@ pub struct GateVerdict {
     model_lowered: bool,
 }
 
-/// The reason recorded when the semantic signal raised the verdict.
-pub const SEMANTIC_REASON: &str =
-    "Indirect risk language close to reviewed examples (semantic signal).";
+/// The reason recorded when the semantic signal (the learned layer) raised
+/// the verdict.
+pub const SEMANTIC_REASON: &str = opencouch_safety::classify::LEARNED_REASON;
 
 /// The reason recorded when the episode floor raised the verdict.
 pub const EPISODE_REASON: &str = "Open crisis episode: a follow-up stays on the crisis path until the person says they are safe.";
@@ -143,13 +143,13 @@ struct ModelCrisisOutput {
     reason: String,
 }
 
-/// Deterministic classifier, the semantic signal when the local embedding
-/// model is installed, and, in hybrid mode, a model classifier.
+/// Deterministic classifier with its learned layer (the "semantic
+/// signal", on unless turned off) and, in hybrid mode, a model classifier.
 #[derive(Clone)]
 pub struct CrisisGate {
     model: Option<Arc<dyn ChatModel>>,
     timeout: Duration,
-    semantic: Option<Arc<SemanticSignal>>,
+    semantic: bool,
 }
 
 impl CrisisGate {
@@ -158,20 +158,21 @@ impl CrisisGate {
         CrisisGate {
             model: None,
             timeout: Duration::from_secs(10),
-            semantic: None,
+            semantic: true,
         }
     }
 
-    /// The same gate with the semantic signal (may raise a level, never
-    /// lowers one; skipped when a deterministic override decided).
-    pub fn with_semantic(mut self, semantic: Arc<SemanticSignal>) -> Self {
-        self.semantic = Some(semantic);
+    /// The same gate with the semantic signal (the learned layer) on or off
+    /// (it may raise a level, never lowers one; skipped when a deterministic
+    /// override decided).
+    pub fn with_semantic(mut self, on: bool) -> Self {
+        self.semantic = on;
         self
     }
 
-    /// Whether the semantic signal is attached.
+    /// Whether the semantic signal is on.
     pub fn has_semantic(&self) -> bool {
-        self.semantic.is_some()
+        self.semantic
     }
 
     /// A hybrid gate; `timeout` bounds the model call.
@@ -179,7 +180,7 @@ impl CrisisGate {
         CrisisGate {
             model: Some(model),
             timeout,
-            semantic: None,
+            semantic: true,
         }
     }
 
@@ -221,24 +222,15 @@ impl CrisisGate {
     /// hybrid mode, the model.
     async fn classify_message(&self, history: &[Message], message: &str) -> GateVerdict {
         let started = Instant::now();
-        let mut det = opencouch_safety::classify(history, message);
-        let mut layer = det.layer.as_str();
-        // Deterministic overrides (imminent, idiom, benign planning, a denial
-        // after the safety question) decide alone: no semantic signal, no model.
-        let mut semantic = None;
-        if det.path != ClassifierPath::DeterministicOverride
-            && det.assessment.level < CrisisLevel::EXPLICIT
-            && let Some(signal) = &self.semantic
-        {
-            semantic = signal.assess(message).await;
-            if let Some(out) = &semantic
-                && out.level > det.assessment.level.get()
-                && let Ok(raised) = CrisisLevel::new(out.level)
-            {
-                det.assessment = CrisisAssessment::new(raised, Confidence::Medium, SEMANTIC_REASON);
-                layer = "semantic";
-            }
-        }
+        let det = opencouch_safety::classify_with(
+            history,
+            message,
+            opencouch_safety::GateOptions {
+                learned: self.semantic,
+            },
+        );
+        let layer = det.layer.as_str();
+        let semantic: Option<SemanticOutcome> = det.learned.map(SemanticOutcome::from);
         let finish = |assessment: CrisisAssessment,
                       path,
                       override_kind,
@@ -255,7 +247,7 @@ impl CrisisGate {
                 elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
                 episode: None,
                 model_lowered: lowered,
-                semantic: semantic.clone(),
+                semantic,
                 layer,
             }
         };

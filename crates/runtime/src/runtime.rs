@@ -82,8 +82,8 @@ pub(crate) struct Inner {
     pub(crate) gate: CrisisGate,
     /// What the stages get: the model and the memory side.
     pub(crate) ports: Ports,
-    /// The gate's semantic signal, kept here too for status reports.
-    pub(crate) semantic: Option<Arc<crate::semantic::SemanticSignal>>,
+    /// Whether the gate's semantic signal (the learned layer) is on.
+    pub(crate) semantic: bool,
     /// In-flight background memory extraction.
     pub(crate) extractor: Extractor,
 }
@@ -158,7 +158,7 @@ impl Runtime {
             model: ModelPort::new(model, opts.model_timeout),
             memory,
         };
-        Runtime::assemble(opts, stores, gate, ports, None)
+        Runtime::assemble(opts, stores, gate, ports, true)
     }
 
     /// The runtime over these parts (the extraction registry is new).
@@ -167,7 +167,7 @@ impl Runtime {
         stores: Stores,
         gate: CrisisGate,
         ports: Ports,
-        semantic: Option<Arc<crate::semantic::SemanticSignal>>,
+        semantic: bool,
     ) -> Self {
         let extractor = Extractor {
             jobs: Arc::default(),
@@ -186,30 +186,25 @@ impl Runtime {
         }
     }
 
-    /// Attaches the crisis gate's semantic signal (both memory modes: the
-    /// embedding is computed in-process and never stored).
-    pub fn with_semantic(self, signal: Arc<crate::semantic::SemanticSignal>) -> Self {
+    /// Turns the crisis gate's semantic signal (the learned layer, on by
+    /// default) on or off.
+    pub fn with_semantic(self, on: bool) -> Self {
         let i = &self.inner;
-        let mut ports = i.ports.clone();
-        ports.memory.index_cache = Arc::default();
         Runtime::assemble(
             i.opts.clone(),
             i.stores.clone(),
-            i.gate.clone().with_semantic(signal.clone()),
-            ports,
-            Some(signal),
+            i.gate.clone().with_semantic(on),
+            i.ports.clone(),
+            on,
         )
     }
 
-    /// Where the crisis gate's semantic signal stands; `None` when the
-    /// runtime has none (the model is not installed or its files failed
-    /// their check at start-up).
+    /// Where the crisis gate's semantic signal stands.
     pub fn semantic_status(&self) -> Option<crate::semantic::SemanticStatus> {
-        self.inner.semantic.as_ref().map(|s| s.status())
+        Some(crate::semantic::SemanticStatus::of(self.inner.semantic))
     }
 
-    /// Whether the crisis gate's semantic signal is on: attached, and its
-    /// model loaded or not loaded yet (a failed load turns it off).
+    /// Whether the crisis gate's semantic signal is on.
     pub fn semantic_on(&self) -> bool {
         self.semantic_status().is_some_and(|s| s.is_on())
     }
@@ -226,7 +221,7 @@ impl Runtime {
             i.stores.clone(),
             i.gate.clone(),
             ports,
-            i.semantic.clone(),
+            i.semantic,
         )
     }
 
@@ -245,20 +240,13 @@ impl Runtime {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }
         };
-        // The local model is checked here, loaded on first use (once per
-        // process) and shared by the crisis gate's semantic signal and
-        // memory retrieval.
-        let (semantic, _status) = crate::semantic::SemanticSignal::from_settings(settings);
-        let embedder = match &semantic {
-            Some(s) => Some(Arc::new(s.embedder().clone()) as EmbedderHandle),
-            None => crate::embeddings::from_settings(settings),
-        };
-        let runtime = match embedder {
+        // The crisis gate's rule data and learned layer are embedded: a
+        // failure to load them is a start-up error, not a quieter gate.
+        opencouch_safety::check_data().map_err(|e| RuntimeError::Data(e.to_string()))?;
+        // The local embedding model serves memory retrieval only (checked
+        // here, loaded on the first turn that retrieves).
+        Ok(match crate::embeddings::from_settings(settings) {
             Some(e) => runtime.with_embedder(e),
-            None => runtime,
-        };
-        Ok(match semantic {
-            Some(s) => runtime.with_semantic(s),
             None => runtime,
         })
     }

@@ -74,10 +74,13 @@ pub(crate) fn gate_diagnostics(diagnostics: &mut Diagnostics, verdict: &GateVerd
     diagnostics.set("crisis_layer", verdict.layer());
     if let Some(sem) = verdict.semantic() {
         diagnostics.set("crisis_semantic_level", sem.level);
-        diagnostics.set("crisis_semantic_construct", sem.score.construct.as_str());
         diagnostics.set(
-            "crisis_semantic_ms",
-            (sem.elapsed_ms * 1000.0).round() / 1000.0,
+            "crisis_semantic_p_flag",
+            (f64::from(sem.score.p_flag) * 1000.0).round() / 1000.0,
+        );
+        diagnostics.set(
+            "crisis_semantic_p_escalate",
+            (f64::from(sem.score.p_escalate) * 1000.0).round() / 1000.0,
         );
     }
     diagnostics.set("crisis_level", level.get());

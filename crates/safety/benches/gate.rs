@@ -26,6 +26,18 @@ const MESSAGES: &[&str] = &[
     "let's do the breathing exercise again",
 ];
 
+/// Sentences of an ordinary long post (written for this benchmark).
+const LONG_SENTENCES: &[&str] = &[
+    "This semester has been a lot and I don't really know who else to tell.",
+    "My roommate moved out without paying her share of the rent, so money is tight.",
+    "I've been working extra shifts at the cafe and falling asleep in lectures.",
+    "My mum keeps calling to ask about grades and I don't have the heart to tell her.",
+    "Some nights I lie awake replaying every conversation from the day.",
+    "I know it's not the end of the world, it just feels heavy right now.",
+    "My friends say I should talk to the student counselling service, maybe I will.",
+    "Anyway, thanks for reading this far, I guess I just needed to get it out.",
+];
+
 fn rate(label: &str, iterations: usize, f: impl Fn(&str) -> usize) {
     // Warm up (compiles the rule tables).
     for m in MESSAGES {
@@ -80,9 +92,67 @@ fn main() {
             .constructs
             .len()
     });
+    let learned = opencouch_safety::learned::LearnedGate::embedded().expect("learned layer");
+    rate("learned layer (scoring)", iterations, |m| {
+        usize::from(learned.score(by_text(m)).level)
+    });
+    rate("classify, rules only", iterations, |m| {
+        let opts = opencouch_safety::GateOptions { learned: false };
+        usize::from(
+            opencouch_safety::classify_with(&[], m, opts)
+                .assessment
+                .level
+                .get(),
+        )
+    });
     rate("classify (no history)", iterations, |m| {
         usize::from(opencouch_safety::classify(&[], m).assessment.level.get())
     });
+    // A long post (about 2,000 characters, written for this benchmark).
+    let long = LONG_SENTENCES.join(" ").repeat(3);
+    let long = &long[..long
+        .char_indices()
+        .nth(2_000)
+        .map_or(long.len(), |(i, _)| i)];
+    let long_norm = opencouch_safety::normalize(long);
+    let reps = (iterations / 50).max(10);
+    let started = Instant::now();
+    let mut sink = 0usize;
+    for _ in 0..reps {
+        sink += usize::from(learned.score(black_box(&long_norm)).level);
+    }
+    let per = started.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    println!(
+        "{:<28} {reps:>9} long posts ({} chars): {per:.1} µs/post",
+        "learned layer (long post)",
+        long.chars().count()
+    );
+    let started = Instant::now();
+    for _ in 0..reps {
+        sink += usize::from(
+            opencouch_safety::classify(&[], black_box(long))
+                .assessment
+                .level
+                .get(),
+        );
+    }
+    let per = started.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    println!(
+        "{:<28} {reps:>9} long posts: {per:.1} µs/post",
+        "classify (long post)"
+    );
+    black_box(sink);
+    let started = Instant::now();
+    let gate = opencouch_safety::learned::LearnedGate::from_parts(
+        include_bytes!("../data/learned_gate.bin"),
+        include_str!("../data/learned_gate.toml"),
+    )
+    .expect("decodes");
+    println!(
+        "learned layer load (decode the embedded weights): {:.2} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    black_box(gate);
     let history = vec![
         opencouch_core::Message::user("i had a rough day"),
         opencouch_core::Message::assistant("I'm sorry. Do you want to tell me more?"),

@@ -7,6 +7,7 @@ use opencouch_core::{
 use serde::Serialize;
 
 use crate::grammar::{self, GrammarReport};
+use crate::learned::{LearnedGate, LearnedScore};
 use crate::normalize::normalize;
 use crate::rules::{Family, FamilySet, Rules, rules};
 
@@ -18,7 +19,7 @@ pub const USER_TURN_WINDOW: usize = 6;
 pub const SAFETY_CHECK_WINDOW: usize = 4;
 
 /// The deterministic gate's verdict for one message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Classification {
     /// Level, confidence, a short reason that never quotes the user, flags.
     pub assessment: CrisisAssessment,
@@ -32,7 +33,27 @@ pub struct Classification {
     pub constructs: Vec<&'static str>,
     /// Which layer decided the level.
     pub layer: Layer,
+    /// What the learned layer said, when it ran (it runs when no override
+    /// decided and the rules gave less than 2, or on a safety answer).
+    pub learned: Option<LearnedScore>,
 }
+
+/// Options of the deterministic gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateOptions {
+    /// Whether the learned layer ([`crate::learned`]) may raise a level.
+    pub learned: bool,
+}
+
+impl Default for GateOptions {
+    fn default() -> Self {
+        GateOptions { learned: true }
+    }
+}
+
+/// The reason recorded when the learned layer raised a level.
+pub const LEARNED_REASON: &str =
+    "Indirect risk language recognised by the learned layer (reviewed training corpus).";
 
 /// The layer of the deterministic gate that decided a level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -47,6 +68,8 @@ pub enum Layer {
     History,
     /// An answer to the assistant's safety question.
     SafetyAnswer,
+    /// The learned layer over sentence features (raises only).
+    Learned,
     /// No risk signal, or a benign override (idiom, planning language).
     None,
 }
@@ -59,6 +82,7 @@ impl Layer {
             Layer::Lexicon => "lexicon",
             Layer::History => "history",
             Layer::SafetyAnswer => "safety_answer",
+            Layer::Learned => "learned",
             Layer::None => "none",
         }
     }
@@ -74,6 +98,11 @@ struct Analysis {
     grammar: GrammarReport,
     /// Risk bits that only the grammar supplied.
     grammar_only: FamilySet,
+    /// The speaker's own text: strip-family spans (quotes, other people,
+    /// idioms) and the grammar's not-the-speaker spans removed. The learned
+    /// layer reads this, so "someone told me to kill myself" or a quoted
+    /// lyric is not its business.
+    own_text: String,
 }
 
 fn analyze(r: &Rules, normalized: &str) -> Analysis {
@@ -89,7 +118,9 @@ fn analyze(r: &Rules, normalized: &str) -> Analysis {
     } else {
         raw
     };
+    let mut own_text = String::new();
     let lexicon_risk = if grammar.strip_spans.is_empty() {
+        own_text.push_str(&stripped);
         full
     } else {
         // Clauses about someone else ("if you want to die, call someone")
@@ -109,6 +140,7 @@ fn analyze(r: &Rules, normalized: &str) -> Analysis {
         }
         own.push_str(&stripped[at..]);
         let own_set = r.scan(&own);
+        own_text.push_str(&own);
         let other_set = r.scan(&other);
         let mut kept = FamilySet::default();
         for f in Family::ALL {
@@ -144,6 +176,7 @@ fn analyze(r: &Rules, normalized: &str) -> Analysis {
         risk,
         grammar,
         grammar_only,
+        own_text,
     }
 }
 
@@ -154,14 +187,30 @@ fn has_risk(a: FamilySet) -> bool {
 struct Context {
     current: Analysis,
     current_text: String,
+    /// An earlier user turn was imminent with an act, a means or an explicit
+    /// word (or more than one layer said so): it carries forward.
     prior_imminent: bool,
+    /// An earlier user turn was imminent by the grammar alone, with no act,
+    /// means or explicit word: it carries forward only while the
+    /// conversation stays on risk ([`stays_on_risk`]).
+    prior_imminent_weak: bool,
     prior_explicit: bool,
+}
+
+/// Whether an imminent analysis rests on more than the grammar's reading of
+/// an ordinary sentence: a phrase family said so too, or the speaker named
+/// an act, a means, a lethal place or death, or explicit ideation.
+fn imminent_is_anchored(a: &Analysis) -> bool {
+    !a.grammar_only.has(Family::Imminent)
+        || a.grammar.risk_anchor
+        || (a.risk.has(Family::ClearSelfHarm) && !a.grammar_only.has(Family::ClearSelfHarm))
 }
 
 fn context(r: &Rules, history: &[Message], message: &str) -> Context {
     let current_text = normalize(message);
     let current = analyze(r, &current_text);
     let mut prior_imminent = false;
+    let mut prior_imminent_weak = false;
     let mut prior_explicit = false;
     for m in history
         .iter()
@@ -188,7 +237,11 @@ fn context(r: &Rules, history: &[Message], message: &str) -> Context {
         }
         let a = analyze(r, &normalize(&m.content));
         if a.risk.has(Family::Imminent) {
-            prior_imminent = true;
+            if imminent_is_anchored(&a) {
+                prior_imminent = true;
+            } else {
+                prior_imminent_weak = true;
+            }
         }
         if a.risk.has(Family::ClearSelfHarm) || a.risk.has(Family::Imminent) {
             prior_explicit = true;
@@ -198,6 +251,7 @@ fn context(r: &Rules, history: &[Message], message: &str) -> Context {
         current,
         current_text,
         prior_imminent,
+        prior_imminent_weak,
         prior_explicit,
     }
 }
@@ -209,13 +263,37 @@ fn context(r: &Rules, history: &[Message], message: &str) -> Context {
 pub fn has_imminent(history: &[Message], message: &str) -> bool {
     match rules() {
         Ok(r) => imminent_from(&context(r, history, message)),
-        // Fail closed: rule data missing means we cannot rule imminence out.
+        // Rule data that fails to load is a start-up error (`check_data`);
+        // were it missing here, the ladder's own fallback asks a safety
+        // question for every message, and this override stays out of it.
         Err(_) => false,
     }
 }
 
 fn imminent_from(ctx: &Context) -> bool {
-    ctx.current.risk.has(Family::Imminent) || ctx.prior_imminent || continuation_imminent(ctx)
+    ctx.current.risk.has(Family::Imminent)
+        || ctx.prior_imminent
+        || (ctx.prior_imminent_weak && stays_on_risk(&ctx.current))
+        || continuation_imminent(ctx)
+}
+
+/// Whether a follow-up stays on the risk an earlier, weakly anchored
+/// imminent turn raised:
+/// any risk family, a risk anchor, a time, resolution or means cue, or a
+/// short reply that only makes sense as an answer ("tonight.", "yes"). A
+/// turn about something else (pay, the company, a friend) lets an earlier
+/// level 3 decay: the crisis episode, opened by that turn, keeps the
+/// conversation on the crisis path at its own floor until the person says
+/// they are safe, and one misread sentence no longer makes the next six
+/// turns imminent.
+fn stays_on_risk(a: &Analysis) -> bool {
+    has_risk(a.risk)
+        || a.risk.has(Family::Distress)
+        || a.risk.has(Family::ImminentContinuation)
+        || a.risk.has(Family::Continuation)
+        || a.grammar.risk_anchor
+        || a.grammar.imminence_cue()
+        || a.own_text.split_whitespace().count() <= 3
 }
 
 /// After earlier explicit risk, a plan, time, resolution or means at hand
@@ -284,6 +362,16 @@ fn starts_with_no(text: &str) -> bool {
 /// then the ladder: clear self-harm → 2, continuation of earlier explicit
 /// risk → 2, ambiguous → 1, distress → 1, unresolved past risk → 1, else 0.
 pub fn classify(history: &[Message], message: &str) -> Classification {
+    classify_with(history, message, GateOptions::default())
+}
+
+/// [`classify`] with explicit options (the learned layer on or off).
+///
+/// The learned layer runs after the rules when no override decided and
+/// the rules gave less than 2: it may raise to 1 or 2, never to 3, and never
+/// lowers. After the assistant's risk safety question, an answer without a
+/// denial that the rules or the learned layer read as hopeless is level 2.
+pub fn classify_with(history: &[Message], message: &str, opts: GateOptions) -> Classification {
     let r = match rules() {
         Ok(r) => r,
         Err(_) => {
@@ -299,10 +387,64 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 matched_families: Vec::new(),
                 constructs: Vec::new(),
                 layer: Layer::None,
+                learned: None,
             };
         }
     };
     let ctx = context(r, history, message);
+    let learned_gate = if opts.learned {
+        LearnedGate::embedded().ok()
+    } else {
+        None
+    };
+    let learned_cell: std::cell::OnceCell<Option<LearnedScore>> = std::cell::OnceCell::new();
+    let learned =
+        || *learned_cell.get_or_init(|| learned_gate.map(|g| g.score(&ctx.current.own_text)));
+    let mut c = classify_rules(r, history, &ctx, &learned);
+    // The learned layer may say 2 only where the message (or the recent
+    // conversation) anchors risk: an act, a means, a lethal place or death
+    // named by the speaker, any risk family, or earlier explicit risk.
+    // Without an anchor ("i'm going to do it tonight" out of the blue) it
+    // asks the safety question instead.
+    let anchored =
+        ctx.current.grammar.risk_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
+    // Where the rules recognised an ordinary purpose (a dose on the label,
+    // sport, cooking, a planned trip, an idiom) or a denial, the structure
+    // they found beats a bag of n-grams: the learned layer stays out.
+    // A denial ("i'm not suicidal", "i would never") is the rules' to read
+    // too: the learned layer must not turn "i'm tired. i'm not suicidal"
+    // into a question about suicide.
+    let benign = ctx.current.grammar.benign_purpose
+        || ctx.current.raw.has(Family::BenignPlanningSafe)
+        || ctx.current.raw.has(Family::IdiomSafe)
+        || ctx.current.raw.has(Family::Negation)
+        || ctx.current.raw.has(Family::SafetyDenial);
+    if c.path != ClassifierPath::DeterministicOverride
+        && c.assessment.level < CrisisLevel::EXPLICIT
+        && c.layer != Layer::SafetyAnswer
+        && !benign
+        && let Some(score) = learned()
+        && let Ok(level) = CrisisLevel::new(if anchored {
+            score.level
+        } else {
+            score.level.min(1)
+        })
+        && level > c.assessment.level
+    {
+        c.assessment = CrisisAssessment::new(level, Confidence::Medium, LEARNED_REASON);
+        c.layer = Layer::Learned;
+    }
+    c.learned = learned_cell.get().copied().flatten();
+    c
+}
+
+fn classify_rules(
+    r: &Rules,
+    history: &[Message],
+    ctx: &Context,
+    learned: &dyn Fn() -> Option<LearnedScore>,
+) -> Classification {
+    let ctx = ctx;
     let a = &ctx.current;
     let mut families: Vec<&'static str> = Vec::new();
     for f in Family::ALL {
@@ -344,6 +486,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
             matched_families: fams,
             constructs: constructs.clone(),
             layer,
+            learned: None,
         }
     };
 
@@ -354,7 +497,7 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 "Imminent-risk language (plan, means, timing or final preparations) in the current message.",
                 layer_of(Family::Imminent),
             )
-        } else if ctx.prior_imminent {
+        } else if ctx.prior_imminent || ctx.prior_imminent_weak {
             (
                 "Imminent-risk language in recent user turns.",
                 Layer::History,
@@ -447,6 +590,27 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
                 families,
                 Layer::SafetyAnswer,
             );
+        }
+        // A hopeless answer to a risk question ("i don't see the point of
+        // anything anymore") is not a "no": it answers yes in other words.
+        if risk_question && !denial {
+            let rules_hopeless = a.risk.has(Family::Ambiguous);
+            let learned_hopeless = !rules_hopeless && learned().is_some_and(|s| s.level >= 1);
+            if rules_hopeless || learned_hopeless {
+                families.push("answer:hopeless");
+                return out(
+                    CrisisLevel::EXPLICIT,
+                    Confidence::Medium,
+                    "Hopeless answer to a safety question.",
+                    None,
+                    families,
+                    if rules_hopeless {
+                        Layer::SafetyAnswer
+                    } else {
+                        Layer::Learned
+                    },
+                );
+            }
         }
         if !a.risk.has(Family::Ambiguous) {
             return out(

@@ -90,6 +90,12 @@ pub enum DataFormat {
     /// CSV with `text` and `label` columns; every row is a negative for
     /// escalation (measures over-escalation).
     Dreaddit,
+    /// ESConv emotional-support conversations, one JSON object per line
+    /// with `dialog: [{speaker: usr|sys, text}]`: every seeker (`usr`) turn
+    /// is a case, with its own conversation so far as history, and a
+    /// negative for escalation (ordinary support talk: measures false
+    /// alarms). Case ids are `CONVERSATION:TURN` (1-based line, 0-based turn).
+    Esconv,
 }
 
 impl std::str::FromStr for DataFormat {
@@ -100,9 +106,10 @@ impl std::str::FromStr for DataFormat {
             "twitter" => Ok(DataFormat::Twitter),
             "kaggle" => Ok(DataFormat::Kaggle),
             "dreaddit" => Ok(DataFormat::Dreaddit),
+            "esconv" => Ok(DataFormat::Esconv),
             _ => Err(SafetyError::EvalInput {
                 line: 0,
-                detail: "format must be jsonl, twitter, kaggle or dreaddit".into(),
+                detail: "format must be jsonl, twitter, kaggle, dreaddit or esconv".into(),
             }),
         }
     }
@@ -195,7 +202,58 @@ pub fn parse_cases(format: DataFormat, input: &str) -> Result<Vec<EvalCase>, Saf
         }
         DataFormat::Kaggle => csv_cases(input, &["text"], &["class"], |v| v.trim() == "suicide"),
         DataFormat::Dreaddit => csv_cases(input, &["text"], &[], |_| false),
+        DataFormat::Esconv => parse_esconv(input),
     }
+}
+
+#[derive(Deserialize)]
+struct EsconvConversation {
+    dialog: Vec<EsconvTurn>,
+}
+
+#[derive(Deserialize)]
+struct EsconvTurn {
+    speaker: String,
+    text: String,
+}
+
+fn parse_esconv(input: &str) -> Result<Vec<EvalCase>, SafetyError> {
+    let mut cases = Vec::new();
+    for (n, line) in input.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let conv: EsconvConversation =
+            serde_json::from_str(line).map_err(|e| SafetyError::EvalInput {
+                line: n + 1,
+                detail: format!("not an ESConv conversation: {e}"),
+            })?;
+        let mut history: Vec<Message> = Vec::new();
+        for (t, turn) in conv.dialog.into_iter().enumerate() {
+            match turn.speaker.as_str() {
+                "usr" | "seeker" => {
+                    cases.push(EvalCase {
+                        id: format!("{}:{t}", n + 1),
+                        history: history.clone(),
+                        message: turn.text.clone(),
+                        gold: Gold::Binary(false),
+                        expect_crisis: None,
+                        expect_clarification: None,
+                        kind: None,
+                    });
+                    history.push(Message::user(turn.text));
+                }
+                "sys" | "supporter" => history.push(Message::assistant(turn.text)),
+                other => {
+                    return Err(SafetyError::EvalInput {
+                        line: n + 1,
+                        detail: format!("turn {t}: unknown speaker {other:?} (usr or sys)"),
+                    });
+                }
+            }
+        }
+    }
+    Ok(cases)
 }
 
 fn parse_jsonl(input: &str) -> Result<Vec<EvalCase>, SafetyError> {

@@ -268,6 +268,16 @@ pub struct GrammarReport {
     /// A far-past sentence mentioned suicidal acts or thoughts ("years ago i
     /// took 30 pills"): past risk, not present risk.
     pub past_risk: bool,
+    /// One of the speaker's own clauses names, outside a negation, an act,
+    /// a lethal means, a lethal place or death itself: the anchor the learned
+    /// layer needs before it may raise a message to 2 ("i'm going to do it
+    /// tonight" alone has none, "the knife is in my hand, i'm going to do it"
+    /// has one).
+    pub risk_anchor: bool,
+    /// One of the clauses names an ordinary purpose the grammar knows (a
+    /// dose on the label, a sport, cooking, sightseeing, an accident): the
+    /// learned layer leaves such a message to the rules.
+    pub benign_purpose: bool,
 }
 
 impl GrammarReport {
@@ -747,6 +757,31 @@ const PLACES: Tags = Tags::of(&[
     Tag::MeansTransit,
     Tag::Edge,
 ]);
+/// Tags that anchor risk in a clause (see [`GrammarReport::risk_anchor`]).
+/// Everyday verbs that the act classes also hold ("take", "drink", "jump",
+/// "cut") are not anchors: "i can't take these lockdowns anymore" names no
+/// act.
+const ANCHORS: Tags = Tags::of(&[
+    Tag::ActHang,
+    Tag::ActShoot,
+    Tag::ActEnd,
+    Tag::Overdose,
+    Tag::MeansPill,
+    Tag::MeansPoison,
+    Tag::MeansLigature,
+    Tag::Noose,
+    Tag::MeansGun,
+    Tag::MeansBlade,
+    Tag::MeansHeight,
+    Tag::MeansWater,
+    Tag::MeansTransit,
+    Tag::Edge,
+    Tag::LethalSite,
+    Tag::BodyLethal,
+    Tag::Death,
+    Tag::Bleed,
+    Tag::LethalQ,
+]);
 
 /// "4am", "10pm", "14th", "3rd": a clock time or a day of the month.
 fn is_clock_or_date(word: &str) -> bool {
@@ -1000,6 +1035,10 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
         }
     }
 
+    report.benign_purpose = clauses.iter().any(|c| c.tags.any(BENIGN));
+    report.risk_anchor = clauses
+        .iter()
+        .any(|c| c.person == Person::Speaker && Tags(c.tags.0 & !c.negated.0).any(ANCHORS));
     apply_rules(&clauses, &sentences, &mut report);
     strip_spans(text, &clauses, &sentences, &mut report);
     report

@@ -21,14 +21,17 @@ pub mod error;
 pub mod eval;
 pub mod grammar;
 pub mod language;
+pub mod learned;
 pub mod normalize;
 pub mod plan;
 pub mod prompt;
 pub mod resources;
 pub mod rules;
-pub mod semantic;
 
-pub use classify::{Classification, Layer, classify, has_imminent, idiom_safe_without_risk};
+pub use classify::{
+    Classification, GateOptions, Layer, classify, classify_with, has_imminent,
+    idiom_safe_without_risk,
+};
 pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
 pub use error::SafetyError;
 pub use normalize::normalize;
@@ -38,3 +41,19 @@ pub use resources::{
     CrisisResource, LocationResult, ResourceKind, ResourceLookup, extract_location,
     international_directory, lookup,
 };
+
+/// Loads every embedded data file the gate needs (phrase families, grammar
+/// lexicon, normalization tables, the learned layer, the resource directory)
+/// and reports the first that fails. Called at start-up, so a broken build
+/// stops the program instead of running a quieter gate.
+///
+/// # Errors
+/// The first data file that does not load.
+pub fn check_data() -> Result<(), SafetyError> {
+    rules::rules().map_err(Clone::clone)?;
+    grammar::lexicon().map_err(Clone::clone)?;
+    normalize::load_tables()?;
+    learned::LearnedGate::embedded().map_err(Clone::clone)?;
+    resources::directory().map_err(Clone::clone)?;
+    Ok(())
+}

@@ -161,7 +161,68 @@ fn unicode_fold(text: &str) -> String {
             pair.into_iter().filter(|c| *c != '\0')
         })
         .collect();
-    stripped.nfc().collect::<String>().to_lowercase()
+    let composed = stripped.nfc().collect::<String>().to_lowercase();
+    // Last, on the folded letters, so a second pass finds nothing to do.
+    match fold_confusables(&composed) {
+        std::borrow::Cow::Borrowed(_) => composed,
+        std::borrow::Cow::Owned(folded) => folded,
+    }
+}
+
+/// The Latin letter a non-Latin letter is confusable with ("і" Cyrillic →
+/// "i", "ο" Greek → "o"), from Unicode's confusables data (UTS #39, through
+/// `unicode-security`); `None` unless the prototype is one ASCII letter.
+fn latin_lookalike(c: char) -> Option<char> {
+    if c.is_ascii() || !c.is_alphabetic() {
+        return None;
+    }
+    let mut buf = [0u8; 4];
+    let mut proto = unicode_security::confusable_detection::skeleton(c.encode_utf8(&mut buf));
+    let first = proto.next()?;
+    (proto.next().is_none() && first.is_ascii_alphabetic()).then_some(first)
+}
+
+/// Folds look-alike letters from other scripts into the Latin letters they
+/// imitate ("I want to kіll myself" with a Cyrillic "і"), so the phrase
+/// families see the word the person meant. Only where Latin is the text's
+/// script: a word that mixes ASCII letters with look-alikes is always folded;
+/// a word made only of look-alikes is folded when the message is Latin text
+/// (its other non-Latin letters, those with no Latin look-alike such as
+/// Cyrillic "я" or Greek "λ", are at most a quarter of its Latin letters). A
+/// sentence written in Cyrillic or Greek has many such letters and is left
+/// as it is.
+fn fold_confusables(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| latin_lookalike(c).is_some()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let is_latin = |c: char| c.nfd().next().is_some_and(|b| b.is_ascii_alphabetic());
+    let (mut latin, mut foreign) = (0usize, 0usize);
+    for c in text.chars().filter(|c| c.is_alphabetic()) {
+        if is_latin(c) {
+            latin += 1;
+        } else if latin_lookalike(c).is_none() {
+            foreign += 1;
+        }
+    }
+    // A message made only of look-alikes ("уеѕ") counts as Latin text too.
+    let latin_text = foreign * 4 <= latin;
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_inclusive(char::is_whitespace) {
+        let mixed = word.chars().any(|c| c.is_ascii_alphabetic());
+        let only_lookalikes = word
+            .chars()
+            .filter(|c| c.is_alphabetic() && !is_latin(*c))
+            .all(|c| latin_lookalike(c).is_some());
+        if only_lookalikes && (mixed || latin_text) {
+            out.extend(
+                word.chars()
+                    .map(|c| latin_lookalike(c).map_or(c, |l| l.to_ascii_lowercase())),
+            );
+        } else {
+            out.push_str(word);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Inserts a space where a lowercase letter is directly followed by an

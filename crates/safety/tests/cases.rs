@@ -1,8 +1,11 @@
 //! Runs the hand-written case table (tests/cases.jsonl) through the
-//! deterministic classifier and requires an exact level match.
+//! deterministic classifier: the rules must match every level exactly, and
+//! the learned layer on top of them is held to a regression floor (it may
+//! raise, so a benign row may get a safety question, but never a crisis
+//! reply).
 
-use opencouch_safety::classify;
 use opencouch_safety::eval::{DataFormat, Gold, parse_cases};
+use opencouch_safety::{GateOptions, classify_with};
 
 const CASES: &str = include_str!("cases.jsonl");
 
@@ -15,7 +18,7 @@ fn case_table_exact_levels() {
         let Gold::Level(want) = case.gold else {
             panic!("case {} has no level", case.id)
         };
-        let got = classify(&case.history, &case.message);
+        let got = classify_with(&case.history, &case.message, GateOptions { learned: false });
         if got.assessment.level.get() != want {
             failures.push(format!(
                 "{}: want {want}, got {} ({:?}, families {:?})",
@@ -51,6 +54,37 @@ fn case_table_exact_levels() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+/// Benign rows of the table the learned layer raises to 1 (measured when
+/// the layer was trained; a regression floor, not a goal).
+const LEARNED_BENIGN_TO_ONE: usize = 2;
+
+#[test]
+fn the_learned_layer_never_escalates_a_benign_row() {
+    let cases = parse_cases(DataFormat::Jsonl, CASES).expect("case table parses");
+    let mut to_one = Vec::new();
+    for case in &cases {
+        let Gold::Level(want) = case.gold else {
+            continue;
+        };
+        let rules = classify_with(&case.history, &case.message, GateOptions { learned: false });
+        let got = classify_with(&case.history, &case.message, GateOptions::default());
+        let (r, g) = (rules.assessment.level.get(), got.assessment.level.get());
+        assert!(g >= r, "{}: the learned layer lowered {r} to {g}", case.id);
+        if want < 2 {
+            assert!(
+                g < 2,
+                "{}: want {want}, the learned layer said {g}",
+                case.id
+            );
+        }
+        if want == 0 && g == 1 {
+            to_one.push(case.id.clone());
+        }
+    }
+    println!("benign rows the learned layer raises to 1: {to_one:?}");
+    assert!(to_one.len() <= LEARNED_BENIGN_TO_ONE, "{to_one:?}");
 }
 
 #[test]

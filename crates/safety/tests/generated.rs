@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use opencouch_safety::classify;
+use opencouch_safety::{GateOptions, classify_with};
 use serde::Deserialize;
 
 const DATA: &str = include_str!("data/generated.toml");
@@ -104,6 +104,7 @@ fn generated_suites_get_their_levels() {
     let mut total = 0usize;
     let mut failures: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut per_level = [0usize; 4];
+    let mut learned_to_one = 0usize;
     for t in &suite.template {
         let (lo, hi) = match (t.level, t.min, t.max_level) {
             (Some(l), _, _) => (l, l),
@@ -112,8 +113,25 @@ fn generated_suites_get_their_levels() {
         for sentence in expand(t, &suite.slots) {
             total += 1;
             per_level[usize::from(lo)] += 1;
-            let got = classify(&[], &sentence);
+            let got = classify_with(&[], &sentence, GateOptions { learned: false });
             let level = got.assessment.level.get();
+            let with_learned = classify_with(&[], &sentence, GateOptions::default())
+                .assessment
+                .level
+                .get();
+            assert!(
+                with_learned >= level,
+                "{sentence:?}: the learned layer lowered a level"
+            );
+            if hi < 2 {
+                assert!(
+                    with_learned < 2,
+                    "{sentence:?}: benign look-alike escalated to {with_learned} by the learned layer"
+                );
+            }
+            if hi == 0 && with_learned == 1 {
+                learned_to_one += 1;
+            }
             if level < lo || level > hi {
                 failures.entry(t.name.clone()).or_default().push(format!(
                     "{sentence:?} -> {level} ({}, {:?} {:?})",
@@ -134,6 +152,13 @@ fn generated_suites_get_their_levels() {
             println!("    {f}");
         }
     }
+    println!("benign sentences the learned layer raises to 1: {learned_to_one}");
+    // A regression floor measured when the layer was trained (34 of the
+    // "decision about an ordinary plan" template), not a goal.
+    assert!(
+        learned_to_one <= 34,
+        "{learned_to_one} benign sentences raised to 1"
+    );
     assert!(total >= 3000, "only {total} generated sentences");
     assert!(
         failures.is_empty(),

@@ -541,9 +541,9 @@ async fn local_mode_needs_no_token_and_health_is_public() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["status"], "ok");
     assert_eq!(v["auth"], "local");
-    // This fixture's runtimes have no semantic signal.
-    assert_eq!(v["crisis_gate"]["semantic_signal"], false);
-    assert_eq!(v["crisis_gate"]["semantic_model"], "off");
+    // The learned layer is built in: on in every runtime.
+    assert_eq!(v["crisis_gate"]["semantic_signal"], true);
+    assert_eq!(v["crisis_gate"]["semantic_model"], "learned");
     let (status, page) = call(&app, GET, "/", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.as_str().unwrap().contains("OpenCouch"));

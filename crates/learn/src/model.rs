@@ -1,0 +1,361 @@
+//! A linear model over hashed features: one logistic head per output.
+//!
+//! A text is scored as a whole and window by window (sentences, and pieces
+//! of run-on sentences): a long post with one risky sentence among twenty
+//! ordinary ones is judged by that sentence, not diluted by the rest. Every
+//! window's features are scaled by `1 / sqrt(n)` (the L2 norm of a binary
+//! feature vector), as in training.
+//!
+//! The binary encoding (`OCLM`, version 1): magic, version, a JSON header
+//! ([`ModelMeta`]), the biases, then the non-zero weights as (index, value)
+//! pairs, all little-endian. Decoding a 2^18-bucket, two-head model takes
+//! well under a millisecond.
+
+use serde::{Deserialize, Serialize};
+
+use crate::LearnError;
+use crate::features::{FeatureConfig, Features, Featurizer, SIGN_BIT};
+
+const MAGIC: &[u8; 4] = b"OCLM";
+const VERSION: u32 = 1;
+
+/// What a model is and where it came from (the encoded header).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    /// The features it was trained on.
+    pub features: FeatureConfig,
+    /// One name per head, e.g. `["level_ge_1", "level_ge_2"]`.
+    pub heads: Vec<String>,
+    /// SHA-256 (hex) of the training corpus, so a test can tell stale
+    /// weights from the corpus they claim to come from.
+    pub corpus_sha256: String,
+    /// Number of training examples.
+    pub examples: usize,
+    /// Free-form notes (trainer settings), for people.
+    #[serde(default)]
+    pub notes: String,
+}
+
+/// A trained linear model.
+#[derive(Debug, Clone)]
+pub struct LinearModel {
+    meta: ModelMeta,
+    featurizer: Featurizer,
+    /// `weights[bucket * heads + head]`.
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+/// The scores of one text: per head, the probability over the whole text
+/// and the highest probability over its windows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scores {
+    /// Probability per head for the whole text.
+    pub whole: Vec<f32>,
+    /// Highest probability per head over the whole text and every window.
+    pub max: Vec<f32>,
+}
+
+impl Scores {
+    /// The highest probability of head `h`.
+    pub fn best(&self, h: usize) -> f32 {
+        self.max.get(h).copied().unwrap_or(0.0)
+    }
+}
+
+#[inline]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+impl LinearModel {
+    /// A model from its parts (used by the trainer).
+    pub fn from_parts(
+        meta: ModelMeta,
+        weights: Vec<f32>,
+        bias: Vec<f32>,
+    ) -> Result<Self, LearnError> {
+        let heads = meta.heads.len();
+        if heads == 0 || bias.len() != heads || weights.len() != meta.features.buckets() * heads {
+            return Err(LearnError::Header(format!(
+                "{heads} heads, {} biases, {} weights for {} buckets",
+                bias.len(),
+                weights.len(),
+                meta.features.buckets()
+            )));
+        }
+        Ok(LinearModel {
+            featurizer: Featurizer::new(meta.features),
+            meta,
+            weights,
+            bias,
+        })
+    }
+
+    /// The header.
+    pub fn meta(&self) -> &ModelMeta {
+        &self.meta
+    }
+
+    /// The featurizer this model was trained with.
+    pub fn featurizer(&self) -> &Featurizer {
+        &self.featurizer
+    }
+
+    /// Number of heads.
+    pub fn heads(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// Index of the head called `name`.
+    pub fn head(&self, name: &str) -> Option<usize> {
+        self.meta.heads.iter().position(|h| h == name)
+    }
+
+    /// Raw weight of `head` for one feature id (sign applied).
+    #[inline]
+    fn weight(&self, id: u32, head: usize) -> f32 {
+        let heads = self.bias.len();
+        let w = self.weights[(id & !SIGN_BIT) as usize * heads + head];
+        if id & SIGN_BIT != 0 { -w } else { w }
+    }
+
+    /// Logits of `ids` (scaled by `1/sqrt(n)`), added into `out`.
+    pub fn logits_into(&self, ids: &[u32], out: &mut [f32]) {
+        let heads = self.bias.len();
+        out[..heads].copy_from_slice(&self.bias);
+        if ids.is_empty() {
+            return;
+        }
+        let scale = 1.0 / (ids.len() as f32).sqrt();
+        for &id in ids {
+            let base = (id & !SIGN_BIT) as usize * heads;
+            let sign = if id & SIGN_BIT != 0 { -scale } else { scale };
+            for (h, o) in out.iter_mut().enumerate().take(heads) {
+                *o += sign * self.weights[base + h];
+            }
+        }
+    }
+
+    /// Scores already computed features: the whole text, and every window
+    /// (and pair of neighbouring windows) of at least `min_window` tokens.
+    pub fn score_features(&self, f: &Features, min_window: usize) -> Scores {
+        let heads = self.bias.len();
+        let n = f.tokens();
+        // Prefix sums of each token's weight per head, and of feature counts.
+        let mut sums = vec![0f32; (n + 1) * heads];
+        let mut counts = vec![0u32; n + 1];
+        for t in 0..n {
+            let ids = f.range(t, t + 1);
+            counts[t + 1] = counts[t] + ids.len() as u32;
+            for h in 0..heads {
+                let mut s = 0f32;
+                for &id in ids {
+                    s += self.weight(id, h);
+                }
+                sums[(t + 1) * heads + h] = sums[t * heads + h] + s;
+            }
+        }
+        let window = |a: usize, b: usize, h: usize| {
+            let c = counts[b] - counts[a];
+            let s = sums[b * heads + h] - sums[a * heads + h];
+            let z = if c == 0 {
+                self.bias[h]
+            } else {
+                self.bias[h] + s / (c as f32).sqrt()
+            };
+            sigmoid(z)
+        };
+        let whole: Vec<f32> = (0..heads).map(|h| window(0, n, h)).collect();
+        let mut max = whole.clone();
+        if f.windows.len() > 1 {
+            for &(a, b) in &f.windows {
+                if ((b - a) as usize) < min_window {
+                    continue;
+                }
+                for (h, m) in max.iter_mut().enumerate() {
+                    *m = m.max(window(a as usize, b as usize, h));
+                }
+            }
+            // Pairs of neighbouring windows ("i have the pills. tonight.").
+            for pair in f.windows.windows(2) {
+                let (a, b) = (pair[0].0 as usize, pair[1].1 as usize);
+                if b - a < min_window {
+                    continue;
+                }
+                for (h, m) in max.iter_mut().enumerate() {
+                    *m = m.max(window(a, b, h));
+                }
+            }
+        }
+        Scores { whole, max }
+    }
+
+    /// Featurizes and scores `text` (already normalized), windows of any
+    /// length.
+    pub fn score(&self, text: &str) -> Scores {
+        self.score_features(&self.featurizer.features(text), 1)
+    }
+
+    /// Encodes the model (pruning weights smaller than `prune` in magnitude).
+    pub fn encode(&self, prune: f32) -> Vec<u8> {
+        let header = serde_json::to_vec(&self.meta).unwrap_or_default();
+        let nonzero: Vec<(u32, f32)> = self
+            .weights
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.abs() > prune)
+            .map(|(i, w)| (i as u32, *w))
+            .collect();
+        let mut out = Vec::with_capacity(16 + header.len() + nonzero.len() * 8);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(&header);
+        for b in &self.bias {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        out.extend_from_slice(&(nonzero.len() as u32).to_le_bytes());
+        for (i, w) in nonzero {
+            out.extend_from_slice(&i.to_le_bytes());
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a model written by [`LinearModel::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, LearnError> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(4, "magic")? != MAGIC || r.u32("version")? != VERSION {
+            return Err(LearnError::BadMagic);
+        }
+        let len = r.u32("header length")? as usize;
+        let meta: ModelMeta = serde_json::from_slice(r.take(len, "header")?)
+            .map_err(|e| LearnError::Header(e.to_string()))?;
+        if !(8..=26).contains(&meta.features.buckets_log2) || meta.heads.is_empty() {
+            return Err(LearnError::Header(
+                "bucket count or heads out of range".into(),
+            ));
+        }
+        let heads = meta.heads.len();
+        let mut bias = Vec::with_capacity(heads);
+        for _ in 0..heads {
+            bias.push(r.f32("bias")?);
+        }
+        let total = meta.features.buckets() * heads;
+        let mut weights = vec![0f32; total];
+        let nnz = r.u32("weight count")? as usize;
+        for _ in 0..nnz {
+            let i = r.u32("weight index")? as usize;
+            let w = r.f32("weight")?;
+            let slot = weights
+                .get_mut(i)
+                .ok_or_else(|| LearnError::Header(format!("weight index {i} out of range")))?;
+            *slot = w;
+        }
+        if r.at != bytes.len() {
+            return Err(LearnError::Header(
+                "trailing bytes after the weights".into(),
+            ));
+        }
+        LinearModel::from_parts(meta, weights, bias)
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], LearnError> {
+        let end = self.at.checked_add(n).ok_or(LearnError::Truncated(what))?;
+        let s = self
+            .bytes
+            .get(self.at..end)
+            .ok_or(LearnError::Truncated(what))?;
+        self.at = end;
+        Ok(s)
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, LearnError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn f32(&mut self, what: &'static str) -> Result<f32, LearnError> {
+        Ok(f32::from_bits(self.u32(what)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{Example, TrainConfig, train};
+
+    fn toy() -> LinearModel {
+        let f = Featurizer::new(FeatureConfig {
+            buckets_log2: 12,
+            ..FeatureConfig::default()
+        });
+        let data = [
+            ("the cat sat on the mat", [1.0, 0.0]),
+            ("a cat was here", [1.0, 0.0]),
+            ("dogs bark loudly", [0.0, 1.0]),
+            ("the dog ran away", [0.0, 1.0]),
+            ("nothing to see", [0.0, 0.0]),
+            ("it rained all day", [0.0, 0.0]),
+        ];
+        let examples: Vec<Example> = data
+            .iter()
+            .map(|(t, y)| Example {
+                features: f.features(t),
+                targets: y.to_vec(),
+                weight: 1.0,
+            })
+            .collect();
+        train(
+            &examples,
+            &["cat".to_owned(), "dog".to_owned()],
+            *f.config(),
+            &TrainConfig::default(),
+            "toy",
+        )
+        .expect("trains")
+    }
+
+    #[test]
+    fn learns_a_toy_task_and_scores_windows() {
+        let m = toy();
+        assert!(m.score("my cat").best(0) > 0.5);
+        assert!(m.score("my dog").best(1) > 0.5);
+        // The second sentence decides the window maximum, not the whole.
+        let s = m.score("it rained all day. nothing to see. my cat");
+        assert!(s.best(0) > s.whole[0]);
+    }
+
+    #[test]
+    fn round_trips_and_rejects_bad_bytes() {
+        let m = toy();
+        let bytes = m.encode(0.0);
+        let back = LinearModel::decode(&bytes).expect("decodes");
+        assert_eq!(back.meta(), m.meta());
+        assert_eq!(back.score("my cat"), m.score("my cat"));
+        assert_eq!(
+            LinearModel::decode(b"OC").unwrap_err(),
+            LearnError::Truncated("magic")
+        );
+        assert_eq!(
+            LinearModel::decode(b"nope").unwrap_err(),
+            LearnError::BadMagic
+        );
+        assert_eq!(
+            LinearModel::decode(b"XXXX\x01\0\0\0").unwrap_err(),
+            LearnError::BadMagic
+        );
+        for cut in [5, 12, bytes.len() - 1] {
+            assert!(LinearModel::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(LinearModel::decode(&extra).is_err());
+    }
+}

@@ -12,6 +12,9 @@ pub const DEFAULT_CONTROL_MODEL: &str = "gpt-5.4-mini";
 /// Default quality model (the original's `RESPONSE_QUALITY_OPENAI_MODEL` default).
 pub const DEFAULT_QUALITY_MODEL: &str = "gpt-5.4";
 
+/// Default cap on a non-streamed chat response body: 8 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Model name per tier. Safety, routing, memory and summarisation use
 /// `control`; therapeutic prose uses `fast` or `quality`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +90,12 @@ pub struct LlmConfig {
     pub max_tokens_field: MaxTokensField,
     /// Ask streams to end with a usage chunk (`stream_options.include_usage`).
     pub stream_include_usage: bool,
+    /// Cap on one streamed line and on one event's data; a longer one ends
+    /// the stream with [`crate::LlmError::StreamInterrupted`] (default 1 MiB).
+    pub max_event_bytes: usize,
+    /// Cap on a whole non-streamed response body; a longer one fails with
+    /// [`crate::LlmError::BadResponse`] (default 8 MiB).
+    pub max_response_bytes: usize,
 }
 
 impl LlmConfig {
@@ -130,6 +139,8 @@ impl Default for LlmConfig {
             max_backoff: Duration::from_secs(5),
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             stream_include_usage: true,
+            max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -155,6 +166,8 @@ impl fmt::Debug for LlmConfig {
             .field("max_backoff", &self.max_backoff)
             .field("max_tokens_field", &self.max_tokens_field)
             .field("stream_include_usage", &self.stream_include_usage)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }

@@ -145,6 +145,22 @@ impl Default for LlmConfig {
     }
 }
 
+/// A base URL for `Debug` output: a user-info password and the query (which
+/// may carry a key, e.g. `?api-key=…`) are replaced by `****`; a value that
+/// does not parse is not shown.
+pub(crate) fn mask_base_url(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "(not a valid URL)".to_owned();
+    };
+    if parsed.password().is_some() && parsed.set_password(Some("****")).is_err() {
+        return "(URL with credentials)".to_owned();
+    }
+    if parsed.query().is_some() {
+        parsed.set_query(Some("****"));
+    }
+    parsed.to_string()
+}
+
 /// Masks a secret for `Debug` output.
 pub(crate) fn mask_key(key: &Option<String>) -> &'static str {
     match key {
@@ -156,7 +172,7 @@ pub(crate) fn mask_key(key: &Option<String>) -> &'static str {
 impl fmt::Debug for LlmConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &mask_base_url(&self.base_url))
             .field("api_key", &format_args!("{}", mask_key(&self.api_key)))
             .field("require_key", &self.require_key)
             .field("models", &self.models)
@@ -182,6 +198,16 @@ mod tests {
         let dbg = format!("{cfg:?}");
         assert!(!dbg.contains("sk-very"), "{dbg}");
         assert!(dbg.contains("<redacted>"));
+        let cfg = LlmConfig::local(
+            "https://u:pw-secret@proxy.example/v1?api-key=key-secret",
+            "m",
+        );
+        let dbg = format!("{cfg:?}");
+        assert!(!dbg.contains("secret"), "{dbg}");
+        assert!(
+            dbg.contains("https://u:****@proxy.example/v1?****"),
+            "{dbg}"
+        );
     }
 
     #[test]

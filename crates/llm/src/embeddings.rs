@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::LlmError;
-use crate::config::{OPENAI_BASE_URL, mask_key};
+use crate::config::{OPENAI_BASE_URL, mask_base_url, mask_key};
 use crate::http::{HttpCore, RetryPolicy};
 
 /// Turns texts into vectors.
@@ -93,7 +93,7 @@ impl Default for EmbeddingsConfig {
 impl fmt::Debug for EmbeddingsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddingsConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &mask_base_url(&self.base_url))
             .field("api_key", &format_args!("{}", mask_key(&self.api_key)))
             .field("require_key", &self.require_key)
             .field("model", &self.model)

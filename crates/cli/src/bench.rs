@@ -211,7 +211,7 @@ async fn build(
                          OPENCOUCH_DATABASE_URL or DATABASE_URL"
                     );
                 }
-                settings.database_url = Some(url);
+                settings.database_url = Some(opencouch_config::Secret::new(url));
             }
         }
     }

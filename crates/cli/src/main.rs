@@ -20,7 +20,7 @@ mod models;
 mod out;
 mod serve;
 mod users;
-use opencouch_config::{Overrides, Settings};
+use opencouch_config::{Overrides, Secret, Settings};
 use opencouch_core::{MemoryMode, RuntimeMode};
 
 use crate::out::outln;
@@ -56,7 +56,7 @@ struct GlobalArgs {
     data_dir: Option<PathBuf>,
     /// PostgreSQL URL (postgres://…) instead of the embedded SQLite file
     #[arg(long, global = true, value_name = "URL")]
-    database_url: Option<String>,
+    database_url: Option<Secret>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -22,7 +22,11 @@ use serde::{Deserialize, Serialize};
 /// The default OpenAI-compatible endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
-/// A secret string that never prints.
+/// A secret setting (API key, database URL): `Debug` and `Display` never
+/// show any of it, so no `{:?}` of the settings, log line or error message
+/// can carry it. Read it with [`Secret::expose`] only where it is used.
+/// (`Serialize` keeps the value: the layered loading needs it; never
+/// serialize settings for output.)
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
@@ -35,7 +39,8 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
-    /// `sk-…abcd`-style mask: never more than the last 4 characters.
+    /// `****abcd`-style mask for an API key: never more than the last 4
+    /// characters, and none of a short key. Not for URLs (see [`mask_url`]).
     pub fn masked(&self) -> String {
         let n = self.0.chars().count();
         if n <= 8 {
@@ -49,12 +54,30 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.masked())
+        f.write_str("Secret(****)")
     }
 }
 
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("****")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret::new(s))
+    }
+}
+
+/// The settings whose values are secrets: read from the environment as
+/// strings as they are, and never quoted in an error message.
+const SECRET_SETTINGS: [&str; 2] = ["api_key", "database_url"];
+
 /// Every setting, flat so each maps to one `OPENCOUCH_<NAME>` variable.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `Debug` masks the secrets and the secret parts of `base_url`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// deterministic | hybrid | auto (hybrid when a model is configured).
@@ -64,7 +87,7 @@ pub struct Settings {
     /// Where the embedded SQLite database lives (default: XDG data dir).
     pub data_dir: Option<PathBuf>,
     /// `postgres://…` to use PostgreSQL instead of the embedded SQLite file.
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     /// OpenAI-compatible Chat Completions base URL.
     pub base_url: String,
     /// API key; local servers (Ollama, llama.cpp, vLLM) usually need none.
@@ -152,6 +175,73 @@ impl Default for Settings {
     }
 }
 
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so a new setting cannot be forgotten here.
+        let Settings {
+            mode,
+            memory_mode,
+            data_dir,
+            database_url,
+            base_url,
+            api_key,
+            control_model,
+            fast_model,
+            quality_model,
+            model_timeout_secs,
+            model_max_attempts,
+            embedding_model,
+            embedding_model_dir,
+            session_timeout_minutes,
+            sweep_interval_seconds,
+            transcript_soft_limit,
+            listen,
+            body_limit_bytes,
+            max_message_chars,
+            rate_limit_per_minute,
+            request_timeout_secs,
+            allowed_origins,
+            header_read_timeout_secs,
+            max_connections,
+            max_connections_per_ip,
+            unauthenticated_rate_per_minute,
+            metrics_listen,
+        } = self;
+        f.debug_struct("Settings")
+            .field("mode", mode)
+            .field("memory_mode", memory_mode)
+            .field("data_dir", data_dir)
+            .field("database_url", database_url)
+            .field("base_url", &mask_url(base_url))
+            .field("api_key", api_key)
+            .field("control_model", control_model)
+            .field("fast_model", fast_model)
+            .field("quality_model", quality_model)
+            .field("model_timeout_secs", model_timeout_secs)
+            .field("model_max_attempts", model_max_attempts)
+            .field("embedding_model", embedding_model)
+            .field("embedding_model_dir", embedding_model_dir)
+            .field("session_timeout_minutes", session_timeout_minutes)
+            .field("sweep_interval_seconds", sweep_interval_seconds)
+            .field("transcript_soft_limit", transcript_soft_limit)
+            .field("listen", listen)
+            .field("body_limit_bytes", body_limit_bytes)
+            .field("max_message_chars", max_message_chars)
+            .field("rate_limit_per_minute", rate_limit_per_minute)
+            .field("request_timeout_secs", request_timeout_secs)
+            .field("allowed_origins", allowed_origins)
+            .field("header_read_timeout_secs", header_read_timeout_secs)
+            .field("max_connections", max_connections)
+            .field("max_connections_per_ip", max_connections_per_ip)
+            .field(
+                "unauthenticated_rate_per_minute",
+                unauthenticated_rate_per_minute,
+            )
+            .field("metrics_listen", metrics_listen)
+            .finish()
+    }
+}
+
 /// Values from command-line flags (highest precedence). `None` = not given.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Overrides {
@@ -162,7 +252,7 @@ pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
 }
@@ -230,7 +320,14 @@ impl Settings {
             })
             .collect();
         for (key, value) in &ours {
-            fig = fig.merge(Serialized::default(key, parse_scalar(value)));
+            let value = if SECRET_SETTINGS.contains(&key.as_str()) {
+                // A key of digits is still a string (and a type error
+                // would quote it).
+                toml::Value::String(value.clone())
+            } else {
+                parse_scalar(value)
+            };
+            fig = fig.merge(Serialized::default(key, value));
         }
         // The standard names.
         if let Some(v) = get("OPENAI_API_KEY").filter(|v| !v.is_empty()) {
@@ -265,7 +362,7 @@ impl Settings {
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
             return bad("base_url", "must start with http:// or https://");
         }
-        if let Some(url) = &self.database_url
+        if let Some(url) = self.database_url.as_ref().map(Secret::expose)
             && !(url.starts_with("postgres://")
                 || url.starts_with("postgresql://")
                 || url.starts_with("sqlite:"))
@@ -349,8 +446,8 @@ impl Settings {
     /// Whether the configured database is PostgreSQL.
     pub fn uses_postgres(&self) -> bool {
         self.database_url
-            .as_deref()
-            .is_some_and(|u| u.starts_with("postgres"))
+            .as_ref()
+            .is_some_and(|u| u.expose().starts_with("postgres"))
     }
 
     /// The data directory: the setting, else `$XDG_DATA_HOME/opencouch`,
@@ -371,7 +468,7 @@ impl Settings {
     /// The SQLite file used when no `database_url` is set.
     pub fn sqlite_path(&self) -> PathBuf {
         if let Some(url) = &self.database_url
-            && let Some(p) = url.strip_prefix("sqlite:")
+            && let Some(p) = url.expose().strip_prefix("sqlite:")
         {
             return PathBuf::from(p.trim_start_matches("//"));
         }
@@ -382,7 +479,7 @@ impl Settings {
     pub fn display_rows(&self) -> Vec<(&'static str, String)> {
         let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "(not set)".into());
         let db = match &self.database_url {
-            Some(url) => mask_url(url),
+            Some(url) => mask_url(url.expose()),
             None => format!("sqlite (embedded): {}", self.sqlite_path().display()),
         };
         vec![
@@ -393,7 +490,7 @@ impl Settings {
             ("memory_mode", self.memory_mode.to_string()),
             ("data_dir", self.resolved_data_dir().display().to_string()),
             ("database", db),
-            ("base_url", self.base_url.clone()),
+            ("base_url", mask_url(&self.base_url)),
             (
                 "api_key",
                 self.api_key
@@ -564,21 +661,84 @@ fn from_figment(e: &figment::Error, file: Option<&Path>) -> ConfigError {
         };
     }
     let key = e.path.last().cloned().unwrap_or_else(|| "(file)".into());
-    ConfigError::Invalid {
-        key,
-        message: e.kind.to_string(),
-    }
+    let message = if SECRET_SETTINGS.contains(&key.as_str()) {
+        // Type errors quote the value.
+        "invalid value (a string is expected; the value is not shown)".to_owned()
+    } else {
+        without_source_lines(&e.kind.to_string())
+    };
+    ConfigError::Invalid { key, message }
 }
 
-fn mask_url(url: &str) -> String {
-    // postgres://user:password@host/db → postgres://user:****@host/db
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((creds, host)) = rest.split_once('@')
-        && let Some((user, _)) = creds.split_once(':')
-    {
-        return format!("{scheme}://{user}:****@{host}");
+/// A TOML parse error without the lines of the file it quotes (`1 | …`,
+/// `  |  ^`): the quoted line may hold a secret.
+fn without_source_lines(message: &str) -> String {
+    message
+        .lines()
+        .filter(|line| {
+            !line
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start()
+                .starts_with('|')
+        })
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// A URL for display: the user-info password, every query parameter whose
+/// name looks like a secret (password, token, key, secret, …) and any
+/// fragment are replaced by `****`. Parsed with a real URL parser, so
+/// `postgres://user:se@cret@host/db` hides all of `se@cret`. A value that
+/// does not parse as a URL is not shown at all.
+pub fn mask_url(raw: &str) -> String {
+    const HIDDEN: &str = "****";
+    let Ok(mut url) = url::Url::parse(raw.trim()) else {
+        return "(not a valid URL; not shown)".to_owned();
+    };
+    if url.password().is_some() && url.set_password(Some(HIDDEN)).is_err() {
+        return "(URL with credentials; not shown)".to_owned();
     }
-    url.to_owned()
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret_name(&k) {
+                    HIDDEN.to_owned()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    if url.fragment().is_some() {
+        url.set_fragment(Some(HIDDEN));
+    }
+    url.to_string()
+}
+
+/// Whether a query parameter name looks like it carries a secret.
+fn secret_name(name: &str) -> bool {
+    const MARKERS: [&str; 12] = [
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "key",
+        "auth",
+        "credential",
+        "sig",
+        "session",
+        "cookie",
+        "jwt",
+        "bearer",
+    ];
+    let name = name.to_ascii_lowercase();
+    MARKERS.iter().any(|m| name.contains(m))
 }
 
 #[cfg(test)]
@@ -741,12 +901,126 @@ mod tests {
 
     #[test]
     fn urls_are_masked() {
-        assert_eq!(
-            mask_url("postgres://u:secret@h:5432/db"),
-            "postgres://u:****@h:5432/db"
-        );
+        for (url, want) in [
+            (
+                "postgres://u:secret@h:5432/db",
+                "postgres://u:****@h:5432/db",
+            ),
+            // An `@` in the password: the last `@` ends the user info.
+            (
+                "postgres://user:se@cret@host/db",
+                "postgres://user:****@host/db",
+            ),
+            (
+                "postgres://user:se@cret@host/db?password=p2&sslmode=require",
+                "postgres://user:****@host/db?password=****&sslmode=require",
+            ),
+            (
+                "postgresql://host/db?user=u&PassWord=x&sslpassword=y&sslkey=/k&application_name=oc",
+                "postgresql://host/db?user=u&PassWord=****&sslpassword=****&sslkey=****&application_name=oc",
+            ),
+            (
+                "https://proxy.example/v1?api-key=abc&access_token=t&sig=s&deployment=d#frag",
+                "https://proxy.example/v1?api-key=****&access_token=****&sig=****&deployment=d#****",
+            ),
+            (
+                "https://u:p@proxy.example/v1",
+                "https://u:****@proxy.example/v1",
+            ),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+            ("sqlite:/var/lib/oc.db", "sqlite:/var/lib/oc.db"),
+            ("not a url: pass=x", "(not a valid URL; not shown)"),
+            ("postgres://u:p@/db", "(not a valid URL; not shown)"),
+        ] {
+            assert_eq!(mask_url(url), want, "{url}");
+        }
         let s = load(&[("OPENCOUCH_DATABASE_URL", "postgres://u:pw@localhost/db")]).unwrap();
         let rows = s.display_rows();
         assert!(rows.iter().all(|(_, v)| !v.contains("pw@")));
+    }
+
+    /// Every output path of the settings, with a sentinel in every secret
+    /// (and in the secret-looking parts of `base_url`): the rows of
+    /// `opencouch config`, `Debug` of everything, and the error messages of
+    /// bad values, unknown settings and a broken config file.
+    #[test]
+    fn a_sentinel_secret_never_appears_in_any_output() {
+        const SENTINEL: &str = "Sentinel7Pw";
+        let leaks = |label: &str, text: &str| {
+            for needle in [SENTINEL, "sentinel7pw", "Sentinel7"] {
+                assert!(
+                    !text
+                        .to_ascii_lowercase()
+                        .contains(&needle.to_ascii_lowercase()),
+                    "{label} shows the secret: {text}"
+                );
+            }
+        };
+        let db = format!(
+            "postgres://user:se@cret{SENTINEL}@db.example:5432/oc?password={SENTINEL}&sslmode=require"
+        );
+        let base = format!("https://u:{SENTINEL}@proxy.example/v1?api-key={SENTINEL}");
+        let key = format!("sk-{SENTINEL}-abcd");
+        let vars = env(&[
+            ("OPENCOUCH_DATABASE_URL", db.as_str()),
+            ("OPENAI_BASE_URL", base.as_str()),
+            ("OPENAI_API_KEY", key.as_str()),
+        ]);
+        let loaded = Settings::load_from(None, &Overrides::default(), &vars).unwrap();
+        assert_eq!(loaded.settings.database_url.as_ref().unwrap().expose(), db);
+        assert_eq!(loaded.settings.api_key.as_ref().unwrap().expose(), key);
+        for (name, value) in loaded.settings.display_rows() {
+            leaks(name, &value);
+        }
+        leaks("Debug of Loaded", &format!("{loaded:?}"));
+        leaks(
+            "pretty Debug of Settings",
+            &format!("{:#?}", loaded.settings),
+        );
+        let secret = loaded.settings.database_url.clone().unwrap();
+        leaks("Display of Secret", &format!("{secret} {secret:>40}"));
+        let overrides = Overrides {
+            database_url: Some(secret),
+            ..Default::default()
+        };
+        leaks("Debug of Overrides", &format!("{overrides:?}"));
+        let from_flag = Settings::load_from(None, &overrides, &[]).unwrap();
+        leaks("Debug of a flag's settings", &format!("{from_flag:?}"));
+
+        // Errors: a bad scheme, a numeric key, a secret of the wrong type in
+        // a file, a file that does not parse on the secret's line, typos.
+        let bad_scheme = format!("mysql://u:{SENTINEL}@h/db");
+        let numeric = "12345678901234567";
+        let dir = tempfile::tempdir().unwrap();
+        let wrong_type = dir.path().join("wrong_type.toml");
+        std::fs::write(&wrong_type, "api_key = 12345678901234567\n").unwrap();
+        let wrong_db = dir.path().join("wrong_db.toml");
+        std::fs::write(&wrong_db, format!("database_url = [\"{db}\"]\n")).unwrap();
+        let unparsable = dir.path().join("unparsable.toml");
+        std::fs::write(&unparsable, format!("database_url = \"{db}\n")).unwrap();
+        let mut errors = vec![
+            load(&[("OPENCOUCH_DATABASE_URL", bad_scheme.as_str())]).unwrap_err(),
+            load(&[("OPENCOUCH_DATABASE_URI", db.as_str())]).unwrap_err(),
+            load(&[
+                ("OPENCOUCH_DATABASE_URL", db.as_str()),
+                ("OPENCOUCH_MODE", "turbo"),
+            ])
+            .unwrap_err(),
+        ];
+        for file in [&wrong_type, &wrong_db, &unparsable] {
+            errors.push(Settings::load_from(Some(file), &Overrides::default(), &[]).unwrap_err());
+        }
+        for e in &errors {
+            leaks("error", &e.to_string());
+            leaks("error Debug", &format!("{e:?}"));
+        }
+        // The numeric key got through as the string it is.
+        let s = load(&[("OPENCOUCH_API_KEY", numeric)]).unwrap();
+        assert_eq!(s.api_key.unwrap().expose(), numeric);
+        let type_error = errors[3].to_string();
+        assert!(!type_error.contains("12345678901234567"), "{type_error}");
+        assert!(type_error.contains("api_key"), "{type_error}");
+        assert!(errors[5].to_string().contains("line 1"), "{}", errors[5]);
     }
 }

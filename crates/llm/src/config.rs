@@ -12,6 +12,9 @@ pub const DEFAULT_CONTROL_MODEL: &str = "gpt-5.4-mini";
 /// Default quality model (the original's `RESPONSE_QUALITY_OPENAI_MODEL` default).
 pub const DEFAULT_QUALITY_MODEL: &str = "gpt-5.4";
 
+/// Default cap on a non-streamed chat response body: 8 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Model name per tier. Safety, routing, memory and summarisation use
 /// `control`; therapeutic prose uses `fast` or `quality`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +90,12 @@ pub struct LlmConfig {
     pub max_tokens_field: MaxTokensField,
     /// Ask streams to end with a usage chunk (`stream_options.include_usage`).
     pub stream_include_usage: bool,
+    /// Cap on one streamed line and on one event's data; a longer one ends
+    /// the stream with [`crate::LlmError::StreamInterrupted`] (default 1 MiB).
+    pub max_event_bytes: usize,
+    /// Cap on a whole non-streamed response body; a longer one fails with
+    /// [`crate::LlmError::BadResponse`] (default 8 MiB).
+    pub max_response_bytes: usize,
 }
 
 impl LlmConfig {
@@ -130,8 +139,26 @@ impl Default for LlmConfig {
             max_backoff: Duration::from_secs(5),
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             stream_include_usage: true,
+            max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
+}
+
+/// A base URL for `Debug` output: a user-info password and the query (which
+/// may carry a key, e.g. `?api-key=…`) are replaced by `****`; a value that
+/// does not parse is not shown.
+pub(crate) fn mask_base_url(url: &str) -> String {
+    let Ok(mut parsed) = reqwest::Url::parse(url) else {
+        return "(not a valid URL)".to_owned();
+    };
+    if parsed.password().is_some() && parsed.set_password(Some("****")).is_err() {
+        return "(URL with credentials)".to_owned();
+    }
+    if parsed.query().is_some() {
+        parsed.set_query(Some("****"));
+    }
+    parsed.to_string()
 }
 
 /// Masks a secret for `Debug` output.
@@ -145,7 +172,7 @@ pub(crate) fn mask_key(key: &Option<String>) -> &'static str {
 impl fmt::Debug for LlmConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &mask_base_url(&self.base_url))
             .field("api_key", &format_args!("{}", mask_key(&self.api_key)))
             .field("require_key", &self.require_key)
             .field("models", &self.models)
@@ -155,6 +182,8 @@ impl fmt::Debug for LlmConfig {
             .field("max_backoff", &self.max_backoff)
             .field("max_tokens_field", &self.max_tokens_field)
             .field("stream_include_usage", &self.stream_include_usage)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -169,6 +198,16 @@ mod tests {
         let dbg = format!("{cfg:?}");
         assert!(!dbg.contains("sk-very"), "{dbg}");
         assert!(dbg.contains("<redacted>"));
+        let cfg = LlmConfig::local(
+            "https://u:pw-secret@proxy.example/v1?api-key=key-secret",
+            "m",
+        );
+        let dbg = format!("{cfg:?}");
+        assert!(!dbg.contains("secret"), "{dbg}");
+        assert!(
+            dbg.contains("https://u:****@proxy.example/v1?****"),
+            "{dbg}"
+        );
     }
 
     #[test]

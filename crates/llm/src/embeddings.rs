@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::LlmError;
-use crate::config::{OPENAI_BASE_URL, mask_key};
+use crate::config::{OPENAI_BASE_URL, mask_base_url, mask_key};
 use crate::http::{HttpCore, RetryPolicy};
 
 /// Turns texts into vectors.
@@ -66,6 +66,10 @@ pub struct EmbeddingsConfig {
     pub backoff_base: Duration,
     /// Cap on any wait.
     pub max_backoff: Duration,
+    /// Cap on a response body; a longer one fails with
+    /// [`LlmError::BadResponse`] (default 32 MiB: 64 vectors of 3,072
+    /// dimensions are about 4 MiB of JSON).
+    pub max_response_bytes: usize,
 }
 
 impl Default for EmbeddingsConfig {
@@ -81,6 +85,7 @@ impl Default for EmbeddingsConfig {
             max_attempts: 2,
             backoff_base: Duration::from_millis(250),
             max_backoff: Duration::from_secs(5),
+            max_response_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -88,7 +93,7 @@ impl Default for EmbeddingsConfig {
 impl fmt::Debug for EmbeddingsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddingsConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &mask_base_url(&self.base_url))
             .field("api_key", &format_args!("{}", mask_key(&self.api_key)))
             .field("require_key", &self.require_key)
             .field("model", &self.model)
@@ -98,6 +103,7 @@ impl fmt::Debug for EmbeddingsConfig {
             .field("max_attempts", &self.max_attempts)
             .field("backoff_base", &self.backoff_base)
             .field("max_backoff", &self.max_backoff)
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -144,6 +150,7 @@ impl OpenAiEmbeddings {
                 backoff_base: config.backoff_base,
                 max_backoff: config.max_backoff,
             },
+            config.max_response_bytes,
         )?;
         Ok(OpenAiEmbeddings {
             core,

@@ -2,7 +2,7 @@
 //! retry policy (connection errors, 429 and 5xx; never other 4xx or timeouts).
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
@@ -12,7 +12,9 @@ use crate::LlmError;
 
 /// Retry policy: at most `max_attempts` attempts in total; waits grow
 /// exponentially from `backoff_base`, a server's `Retry-After` replaces the
-/// computed wait, and every wait is capped at `max_backoff`.
+/// computed wait, and every wait is capped at `max_backoff`. The wait
+/// actually slept is jittered ([`RetryPolicy::jittered`]) so clients that
+/// failed together do not retry together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in total (at least 1).
@@ -24,32 +26,74 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Wait after failed attempt number `attempt` (1-based).
+    /// The longest wait after failed attempt number `attempt` (1-based):
+    /// the server's hint or the exponential backoff, capped.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let exp = self
             .backoff_base
             .saturating_mul(2_u32.saturating_pow(attempt.saturating_sub(1)));
         retry_after.unwrap_or(exp).min(self.max_backoff)
     }
+
+    /// The wait with jitter, for `unit` in `[0, 1]` (a random draw; clamped,
+    /// NaN counts as 0). A computed backoff `d` becomes `d/2 + unit·d/2`
+    /// ("equal jitter": never less than half); a server's hint `h` is never
+    /// shortened and gets up to 10 % more, still capped at `max_backoff`.
+    pub fn jittered(&self, attempt: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
+        let unit = if unit.is_nan() {
+            0.0
+        } else {
+            unit.clamp(0.0, 1.0)
+        };
+        let d = self.delay(attempt, retry_after);
+        match retry_after {
+            Some(_) => (d + d.mul_f64(0.1 * unit)).min(self.max_backoff),
+            None => d / 2 + (d / 2).mul_f64(unit),
+        }
+    }
 }
 
-/// Reads `retry-after-ms` or `retry-after` (seconds, possibly fractional).
-/// HTTP-date values are ignored.
+/// The longest `Retry-After` honoured; longer hints (and far-future dates)
+/// count as this. The retry policy's `max_backoff` caps it further.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Reads `retry-after-ms` or `retry-after`: seconds (possibly fractional)
+/// or an HTTP date (a past date means "now"). Values are capped at
+/// [`MAX_RETRY_AFTER`]; negative, NaN, infinite and unparsable values are
+/// ignored. Never panics, whatever the server sends.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let num = |name: &str| {
-        headers
-            .get(name)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
-    };
-    if let Some(ms) = num("retry-after-ms") {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+    retry_after_at(headers, SystemTime::now())
+}
+
+fn retry_after_at(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = |name: &str| Some(headers.get(name)?.to_str().ok()?.trim());
+    if let Some(ms) = text("retry-after-ms").and_then(seconds) {
+        return Some(capped(ms / 1000.0));
     }
-    num("retry-after").map(Duration::from_secs_f64)
+    let value = text("retry-after")?;
+    if let Some(secs) = seconds(value) {
+        return Some(capped(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_RETRY_AFTER),
+    )
+}
+
+/// A finite, non-negative number.
+fn seconds(value: &str) -> Option<f64> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// `secs` (finite, non-negative) as a duration of at most [`MAX_RETRY_AFTER`]:
+/// the cap is applied before the conversion, which panics on huge values.
+fn capped(secs: f64) -> Duration {
+    Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER.as_secs_f64()))
 }
 
 /// A configured HTTP endpoint family (one base URL, one key).
@@ -61,6 +105,7 @@ pub(crate) struct HttpCore {
     require_key: bool,
     pub(crate) timeout: Duration,
     retry: RetryPolicy,
+    max_body: usize,
 }
 
 impl HttpCore {
@@ -70,6 +115,7 @@ impl HttpCore {
         require_key: bool,
         timeout: Duration,
         retry: RetryPolicy,
+        max_body: usize,
     ) -> Result<HttpCore, LlmError> {
         let parsed = reqwest::Url::parse(base_url)
             .map_err(|_| LlmError::Config("base URL is not a valid absolute URL".to_owned()))?;
@@ -101,6 +147,7 @@ impl HttpCore {
                 max_attempts: retry.max_attempts.max(1),
                 ..retry
             },
+            max_body,
         })
     }
 
@@ -165,7 +212,7 @@ impl HttpCore {
                 LlmError::RateLimited { retry_after } => *retry_after,
                 _ => None,
             };
-            tokio::time::sleep(self.retry.delay(n, hint)).await;
+            tokio::time::sleep(self.retry.jittered(n, hint, fastrand::f64())).await;
             n += 1;
         }
     }
@@ -202,11 +249,7 @@ impl HttpCore {
                 if !resp.status().is_success() {
                     return Err(HttpCore::status_error(&resp));
                 }
-                let bytes = resp
-                    .bytes()
-                    .await
-                    .map_err(|e| LlmError::from_reqwest(&e, timeout))?;
-                Ok(bytes.to_vec())
+                read_capped(resp, self.max_body, timeout).await
             };
             tokio::time::timeout(timeout, work)
                 .await
@@ -242,6 +285,35 @@ impl HttpCore {
         })
         .await
     }
+}
+
+/// Reads a whole response body of at most `max` bytes; a longer one fails
+/// as soon as it is known to be longer (its `Content-Length`, or the bytes
+/// read so far), without reading the rest.
+async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, LlmError> {
+    let too_large = || LlmError::BadResponse {
+        reason: format!("response body larger than {max} bytes"),
+    };
+    let announced = resp.content_length().unwrap_or(0);
+    if announced > max as u64 {
+        return Err(too_large());
+    }
+    let mut body = Vec::with_capacity(usize::try_from(announced).unwrap_or(0));
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| LlmError::from_reqwest(&e, timeout))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A request body as JSON bytes.
@@ -280,18 +352,85 @@ mod tests {
         }
     }
 
+    #[test]
+    fn jitter_stays_within_half_and_full_and_never_shortens_a_hint() {
+        let p = RetryPolicy {
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1000),
+        };
+        let ms = Duration::from_millis;
+        let cases = [
+            (2, None, 0.0, 100),
+            (2, None, 0.5, 150),
+            (2, None, 1.0, 200),
+            (9, None, 0.0, 500),
+            (9, None, 1.0, 1000),
+            (1, Some(ms(500)), 0.0, 500),
+            (1, Some(ms(500)), 1.0, 550),
+            (1, Some(ms(950)), 1.0, 1000),
+            (1, Some(ms(5000)), 0.7, 1000),
+            (1, Some(Duration::ZERO), 1.0, 0),
+            // Out-of-range draws are clamped, NaN counts as 0.
+            (2, None, -3.0, 100),
+            (2, None, 7.0, 200),
+            (2, None, f64::NAN, 100),
+            (1, Some(ms(500)), f64::INFINITY, 550),
+        ];
+        for (attempt, hint, unit, want_ms) in cases {
+            assert_eq!(
+                p.jittered(attempt, hint, unit),
+                ms(want_ms),
+                "attempt {attempt} hint {hint:?} unit {unit}"
+            );
+        }
+        for _ in 0..1000 {
+            let d = p.jittered(3, None, fastrand::f64());
+            assert!(d >= ms(200) && d <= ms(400), "{d:?}");
+        }
+    }
+
     type HeaderCase = (&'static [(&'static str, &'static str)], Option<u64>);
 
     #[test]
     fn retry_after_headers() {
-        let cases: [HeaderCase; 5] = [
+        // 2015-10-21 07:28:00 UTC.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let cases: [HeaderCase; 20] = [
             (&[("retry-after", "2")], Some(2000)),
             (&[("retry-after", "0.5")], Some(500)),
+            (&[("retry-after", " 3 ")], Some(3000)),
             (
                 &[("retry-after-ms", "150"), ("retry-after", "9")],
                 Some(150),
             ),
-            (&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")], None),
+            // Huge values are capped, never passed on (a panic before).
+            (&[("retry-after", "1e20")], Some(60_000)),
+            (&[("retry-after", "1e308")], Some(60_000)),
+            (&[("retry-after", "99999999999999999999999")], Some(60_000)),
+            (&[("retry-after-ms", "1e20")], Some(60_000)),
+            (&[("retry-after", "61")], Some(60_000)),
+            // Infinite, NaN, negative and junk values are ignored.
+            (&[("retry-after", "inf")], None),
+            (&[("retry-after", "-inf")], None),
+            (&[("retry-after", "NaN")], None),
+            (&[("retry-after", "-1")], None),
+            (
+                &[("retry-after-ms", "-5"), ("retry-after", "4")],
+                Some(4000),
+            ),
+            (&[("retry-after", "soon")], None),
+            // HTTP dates: relative to now; past is 0, far future is capped.
+            (
+                &[("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT")],
+                Some(30_000),
+            ),
+            (&[("retry-after", "Wed, 21 Oct 2015 07:27:00 GMT")], Some(0)),
+            (&[("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT")], Some(0)),
+            (
+                &[("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT")],
+                Some(60_000),
+            ),
             (&[], None),
         ];
         for (headers, want) in cases {
@@ -300,11 +439,15 @@ mod tests {
                 map.insert(*k, HeaderValue::from_static(v));
             }
             assert_eq!(
-                retry_after(&map),
+                retry_after_at(&map, now),
                 want.map(Duration::from_millis),
                 "{headers:?}"
             );
         }
+        // Bytes that are not text are ignored too.
+        let mut map = HeaderMap::new();
+        map.insert("retry-after", HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(retry_after(&map), None);
     }
 
     #[test]
@@ -315,7 +458,7 @@ mod tests {
             max_backoff: Duration::ZERO,
         };
         for url in ["not a url", "ftp://example.com/v1", ""] {
-            let r = HttpCore::new(url, None, false, Duration::from_secs(1), retry);
+            let r = HttpCore::new(url, None, false, Duration::from_secs(1), retry, 1024);
             assert!(matches!(r, Err(LlmError::Config(_))), "{url}");
         }
     }

@@ -27,8 +27,8 @@ use futures::stream::BoxStream;
 use opencouch_core::ModelTier;
 
 pub use config::{
-    DEFAULT_CONTROL_MODEL, DEFAULT_QUALITY_MODEL, LlmConfig, MaxTokensField, OPENAI_BASE_URL,
-    TierModels,
+    DEFAULT_CONTROL_MODEL, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_QUALITY_MODEL, LlmConfig,
+    MaxTokensField, OPENAI_BASE_URL, TierModels,
 };
 pub use embeddings::{EmbeddingProvider, EmbeddingsConfig, NullEmbeddings, OpenAiEmbeddings};
 pub use error::LlmError;
@@ -36,7 +36,7 @@ pub use http::RetryPolicy;
 pub use openai::OpenAiCompatClient;
 #[cfg(any(test, feature = "test-util"))]
 pub use scripted::ScriptedModel;
-pub use sse::SseDecoder;
+pub use sse::{DEFAULT_MAX_EVENT_BYTES, SseDecoder, SseTooLarge};
 pub use stream::{StreamCollector, ToolCallAssembler, collect_stream, response_to_deltas};
 pub use structured::{
     Structured, make_strict, parse_json_lenient, schema_name_for, strict_schema_for, structured,

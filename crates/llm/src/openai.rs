@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use opencouch_core::ModelTier;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,6 +51,7 @@ impl OpenAiCompatClient {
                 backoff_base: config.backoff_base,
                 max_backoff: config.max_backoff,
             },
+            config.max_response_bytes,
         )?;
         Ok(OpenAiCompatClient { core, config })
     }
@@ -443,7 +444,7 @@ fn parse_completion(bytes: &[u8], requested_model: &str) -> Result<ChatResponse,
 // ---- streaming ------------------------------------------------------------
 
 struct StreamState {
-    body: BoxStream<'static, Result<Vec<u8>, reqwest::Error>>,
+    body: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
     decoder: SseDecoder,
     assembler: ToolCallAssembler,
     pending: VecDeque<Result<StreamDelta, LlmError>>,
@@ -472,14 +473,22 @@ impl StreamState {
                         reason: "connection lost mid-stream".to_owned(),
                     });
                 }
-                Ok(Some(Ok(bytes))) => {
-                    for event in self.decoder.push(&bytes) {
-                        self.event(&event);
+                Ok(Some(Ok(bytes))) => match self.decoder.push(&bytes) {
+                    Ok(events) => {
+                        for event in events {
+                            self.event(&event);
+                        }
                     }
-                }
+                    Err(e) => self.too_large(e),
+                },
                 Ok(None) => {
-                    for event in self.decoder.finish() {
-                        self.event(&event);
+                    match self.decoder.finish() {
+                        Ok(events) => {
+                            for event in events {
+                                self.event(&event);
+                            }
+                        }
+                        Err(e) => self.too_large(e),
                     }
                     if !self.done {
                         if self.finish_reason.is_some() {
@@ -500,6 +509,16 @@ impl StreamState {
         tracing::warn!(error = err.kind(), "model stream failed");
         self.pending.push_back(Err(err));
         self.done = true;
+    }
+
+    /// An event or line past the cap: the stream ends here (and the
+    /// connection is dropped with it, so the server stops sending).
+    fn too_large(&mut self, e: crate::sse::SseTooLarge) {
+        if !self.done {
+            self.fail(LlmError::StreamInterrupted {
+                reason: e.to_string(),
+            });
+        }
     }
 
     fn finalize(&mut self) {
@@ -616,8 +635,8 @@ impl ChatModel for OpenAiCompatClient {
         let body = self.request_bytes(&req, true)?;
         let resp = self.core.post_stream(CHAT_PATH, body).await?;
         let state = StreamState {
-            body: resp.bytes_stream().map_ok(|b| b.to_vec()).boxed(),
-            decoder: SseDecoder::new(),
+            body: resp.bytes_stream().boxed(),
+            decoder: SseDecoder::with_limit(self.config.max_event_bytes),
             assembler: ToolCallAssembler::new(),
             pending: VecDeque::new(),
             finish_reason: None,

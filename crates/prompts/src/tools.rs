@@ -13,6 +13,7 @@
 //! with [`Schema::MemoryCrate`], and a runtime test keeps the two lists equal.
 
 use opencouch_core::MemoryMode;
+use opencouch_core::exercise::StepOutcome;
 use serde_json::{Value, json};
 
 use crate::grounded::{GROUNDED_LOOKUP_TOOL, grounded_lookup_tool_spec};
@@ -253,7 +254,7 @@ fn record_exercise_progress_spec() -> Value {
         "parameters": {
             "type": "object",
             "properties": {
-                "outcome": {"type": "string", "enum": ["complete", "partial", "hold", "stuck", "exit", "unsafe"]},
+                "outcome": enum_schema::<StepOutcome>(),
                 "expected_skill_id": {"type": "string"},
                 "expected_step_id": {"type": "string"}
             },
@@ -263,11 +264,79 @@ fn record_exercise_progress_spec() -> Value {
     })
 }
 
+/// The schema of a string-enum tool argument, taken from its type (the
+/// `schemars` schema, as `{"type": "string", "enum": […]}`), so the values
+/// offered to the model cannot drift from the values the tool accepts.
+/// Variant docs (a `oneOf` of `const`s) are flattened the same way; the
+/// type's own doc is left out (it is written for programmers).
+pub fn enum_schema<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::SchemaGenerator::default()
+        .into_root_schema_for::<T>()
+        .to_value();
+    let mut values = Vec::new();
+    let mut collect = |s: &Value| {
+        if let Some(v) = s.get("const") {
+            values.push(v.clone());
+        }
+        if let Some(vs) = s.get("enum").and_then(Value::as_array) {
+            values.extend(vs.iter().cloned());
+        }
+    };
+    collect(&schema);
+    for key in ["oneOf", "anyOf"] {
+        for alt in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            collect(alt);
+        }
+    }
+    json!({"type": "string", "enum": values})
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+
+    #[test]
+    fn enum_arguments_take_their_values_from_the_type() {
+        let variants: Vec<Value> = StepOutcome::ALL
+            .iter()
+            .map(|o| Value::from(o.as_str()))
+            .collect();
+        let schema = enum_schema::<StepOutcome>();
+        assert_eq!(schema["type"], "string");
+        assert_eq!(schema["enum"].as_array(), Some(&variants));
+        let spec = spec(RECORD_EXERCISE_PROGRESS).unwrap();
+        assert_eq!(spec["parameters"]["properties"]["outcome"], schema);
+        // Every value the schema offers parses back into the type.
+        for v in &variants {
+            let parsed: StepOutcome = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(Value::from(parsed.as_str()), *v);
+        }
+    }
+
+    #[test]
+    fn enum_schema_flattens_documented_variants() {
+        /// An enum whose variants carry docs (schemars writes a `oneOf`).
+        #[derive(schemars::JsonSchema)]
+        #[serde(rename_all = "snake_case")]
+        #[allow(dead_code)]
+        enum Documented {
+            /// The first.
+            FirstOne,
+            /// The second.
+            SecondOne,
+        }
+        assert_eq!(
+            enum_schema::<Documented>(),
+            json!({"type": "string", "enum": ["first_one", "second_one"]})
+        );
+    }
 
     #[test]
     fn names_are_unique() {

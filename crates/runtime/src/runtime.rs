@@ -340,7 +340,7 @@ pub fn model_from_settings(
 /// Opens (and migrates) the durable stores the settings describe.
 pub async fn open_stores(settings: &Settings) -> Result<Stores, RuntimeError> {
     if settings.uses_postgres() {
-        let url = settings.database_url.as_deref().unwrap_or_default();
+        let url = settings.database_url.as_ref().map_or("", |u| u.expose());
         Ok(PgStores::connect(url).await?.into_stores())
     } else {
         Ok(SqliteStores::open(&settings.sqlite_path())

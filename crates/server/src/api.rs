@@ -157,8 +157,7 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
         AuthMode::Tokens(users) => {
             // Requests without a valid token are limited per client address
             // before any token lookup.
-            let client = crate::conn::client_ip(&req)
-                .map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+            let client = crate::conn::client_key(&req);
             if let Err(wait) = state.unauthenticated().check(&client, now) {
                 return rate_limited(&state, wait);
             }

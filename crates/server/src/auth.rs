@@ -279,8 +279,15 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// Buckets above this many are pruned of full (idle) ones.
-const PRUNE_BUCKETS_ABOVE: usize = 10_000;
+/// Most buckets a limiter holds. Idle buckets are dropped by
+/// [`RateLimiter::prune`] on a periodic tick, never on the request path; if
+/// new clients fill the map between two ticks, a further new key is refused
+/// (with a short wait) until the next prune: known clients keep their
+/// buckets, and memory stays bounded (about 100 bytes a bucket).
+pub const MAX_BUCKETS: usize = 100_000;
+
+/// What a new key is told to wait when the limiter is full.
+const FULL_WAIT: Duration = Duration::from_secs(1);
 
 /// A token bucket per key (owner or client address): `per_minute` requests,
 /// refilled continuously.
@@ -307,7 +314,8 @@ impl RateLimiter {
     /// Takes one token for `key`, or says how long until one is available.
     ///
     /// # Errors
-    /// The wait when the bucket is empty.
+    /// The wait when the bucket is empty (or a new key finds the limiter
+    /// full, see [`MAX_BUCKETS`]).
     pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
         self.with_bucket(key, now, true)
     }
@@ -320,23 +328,33 @@ impl RateLimiter {
         self.with_bucket(key, now, false)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (f64, Instant)>> {
+        // Buckets only: a poisoned lock still holds usable numbers.
+        self.buckets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn with_bucket(&self, key: &str, now: Instant, take: bool) -> Result<(), Duration> {
         if self.per_minute == 0 {
             return Ok(());
         }
         let cap = f64::from(self.per_minute);
         let per_sec = cap / 60.0;
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buckets.len() > PRUNE_BUCKETS_ABOVE && !buckets.contains_key(key) {
-            // A bucket that has refilled is the same as no bucket.
-            buckets.retain(|_, (tokens, last)| {
-                *tokens + now.saturating_duration_since(*last).as_secs_f64() * per_sec < cap
-            });
+        let mut buckets = self.lock();
+        if !buckets.contains_key(key) {
+            // A new client: a full bucket, which a mere check need not store.
+            if !take {
+                return Ok(());
+            }
+            if buckets.len() >= MAX_BUCKETS {
+                return Err(FULL_WAIT);
+            }
+            buckets.insert(key.to_owned(), (cap, now));
         }
-        let (tokens, last) = buckets.entry(key.to_owned()).or_insert((cap, now));
+        let Some((tokens, last)) = buckets.get_mut(key) else {
+            return Ok(());
+        };
         let elapsed = now.saturating_duration_since(*last).as_secs_f64();
         *tokens = (*tokens + elapsed * per_sec).min(cap);
         *last = now;
@@ -348,6 +366,33 @@ impl RateLimiter {
         } else {
             Err(Duration::from_secs_f64((1.0 - *tokens) / per_sec))
         }
+    }
+
+    /// Drops the buckets that have refilled by `now` (a full bucket is the
+    /// same as none); returns how many are left. Called on a periodic tick
+    /// (every [`crate::LIMITER_PRUNE_INTERVAL`] while serving), so no request
+    /// ever pays for a sweep of the map.
+    pub fn prune(&self, now: Instant) -> usize {
+        if self.per_minute == 0 {
+            return 0;
+        }
+        let cap = f64::from(self.per_minute);
+        let per_sec = cap / 60.0;
+        let mut buckets = self.lock();
+        buckets.retain(|_, (tokens, last)| {
+            *tokens + now.saturating_duration_since(*last).as_secs_f64() * per_sec < cap
+        });
+        buckets.len()
+    }
+
+    /// Buckets held now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -581,18 +626,67 @@ mod tests {
     }
 
     #[test]
-    fn idle_buckets_are_pruned() {
+    fn idle_buckets_are_pruned_on_the_tick_not_on_the_request_path() {
         let rl = RateLimiter::new(60);
         let t0 = Instant::now();
-        for i in 0..=PRUNE_BUCKETS_ABOVE {
+        for i in 0..1000 {
             rl.take(&format!("k{i}"), t0).unwrap();
         }
-        rl.take("fresh", t0 + Duration::from_secs(5)).unwrap();
-        assert_eq!(
-            rl.buckets.lock().unwrap().len(),
-            1,
-            "refilled buckets dropped"
-        );
+        rl.take("busy", t0).unwrap();
+        rl.take("busy", t0).unwrap();
+        assert!(rl.check("never-seen", t0).is_ok());
+        assert_eq!(rl.len(), 1001, "a check stores nothing; nothing pruned yet");
+        // One second later every one-token bucket has refilled; `busy`
+        // (two tokens) has not.
+        assert_eq!(rl.prune(t0 + Duration::from_secs(1)), 1);
+        assert_eq!(rl.len(), 1);
+        assert_eq!(rl.prune(t0 + Duration::from_secs(2)), 0);
+        assert!(rl.is_empty());
+    }
+
+    #[test]
+    fn a_full_limiter_refuses_new_keys_but_serves_known_ones() {
+        let rl = RateLimiter::new(60);
+        let t0 = Instant::now();
+        for i in 0..MAX_BUCKETS {
+            rl.take(&format!("k{i}"), t0).unwrap();
+        }
+        assert_eq!(rl.take("newcomer", t0), Err(FULL_WAIT));
+        assert!(rl.check("newcomer", t0).is_ok(), "a check never stores");
+        assert!(rl.take("k7", t0).is_ok(), "known clients keep working");
+        rl.prune(t0 + Duration::from_secs(1));
+        assert!(rl.take("newcomer", t0 + Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn addresses_of_one_slash_64_share_one_bucket() {
+        use std::net::IpAddr;
+        let rl = RateLimiter::new(30);
+        let t0 = Instant::now();
+        let key = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            match crate::conn::client_prefix(ip) {
+                IpAddr::V6(p) => format!("{p}/64"),
+                v4 => v4.to_string(),
+            }
+        };
+        // 1,000 addresses of 2001:db8:1:2::/64, one request each: 30 pass.
+        let passed = (0..1000u32)
+            .filter(|i| {
+                rl.allow(
+                    &key(&format!("2001:db8:1:2:{:x}::{:x}", i >> 8, i & 0xff)),
+                    t0,
+                )
+            })
+            .count();
+        assert_eq!(passed, 30);
+        assert_eq!(rl.len(), 1);
+        assert!(rl.allow(&key("2001:db8:1:3::1"), t0), "another /64");
+        // IPv4: every address is its own client.
+        let v4 = (0..100u8)
+            .filter(|i| rl.allow(&key(&format!("10.0.0.{i}")), t0))
+            .count();
+        assert_eq!(v4, 100);
     }
 
     #[test]

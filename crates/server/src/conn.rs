@@ -1,6 +1,10 @@
 //! Connections: the accept loop with a header-read timeout, a global and a
 //! per-address connection cap, and graceful shutdown.
 //!
+//! "Per address" means per [`client_prefix`]: an IPv4 address, or the /64
+//! of an IPv6 address (one host or one network typically gets a whole /64,
+//! so its addresses are one client for the caps and the rate limiter).
+//!
 //! A connection that has not sent a complete request head within the
 //! header-read timeout is closed (this also ends idle keep-alive
 //! connections), so slow or stalled clients cannot hold descriptors. A
@@ -49,6 +53,7 @@ struct TrackerInner {
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
+    /// Keyed by [`client_prefix`].
     per_ip: HashMap<IpAddr, usize>,
 }
 
@@ -97,8 +102,9 @@ impl ConnTracker {
     }
 
     /// A slot for a new connection from `ip`, or `None` when a cap is
-    /// reached.
+    /// reached. The per-address cap counts `ip`'s [`client_prefix`].
     pub fn try_acquire(&self, ip: IpAddr) -> Option<ConnSlot> {
+        let ip = client_prefix(ip);
         let limits = self.inner.limits;
         let mut c = self.counts();
         if c.total >= limits.max_connections {
@@ -219,6 +225,29 @@ pub fn client_ip<B>(req: &axum::http::Request<B>) -> Option<IpAddr> {
         .map(|c| c.0.ip())
 }
 
+/// The client an address belongs to, for per-client limits: an IPv4
+/// address itself (also when written as an IPv4-mapped IPv6 address), an
+/// IPv6 address's /64 (its last 64 bits zeroed).
+pub fn client_prefix(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let network = u128::from(v6) & !u128::from(u64::MAX);
+            IpAddr::V6(network.into())
+        }
+        v4 => v4,
+    }
+}
+
+/// The rate-limiter key of a request's client: `"unknown"` without a
+/// client address, else [`client_prefix`] (`2001:db8::/64` for IPv6).
+pub fn client_key<B>(req: &axum::http::Request<B>) -> String {
+    match client_ip(req).map(client_prefix) {
+        None => "unknown".to_owned(),
+        Some(ip @ IpAddr::V4(_)) => ip.to_string(),
+        Some(ip @ IpAddr::V6(_)) => format!("{ip}/64"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +283,65 @@ mod tests {
         });
         let held: Vec<_> = (0..10).filter_map(|_| open.try_acquire(a)).collect();
         assert_eq!(held.len(), 10, "0 = no per-address cap");
+    }
+
+    fn v6(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn client_prefixes_are_v4_addresses_and_v6_slash_64s() {
+        for (ip, want) in [
+            ("10.0.0.1", "10.0.0.1"),
+            ("::ffff:10.0.0.1", "10.0.0.1"),
+            ("2001:db8:1:2::1", "2001:db8:1:2::"),
+            ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::"),
+            ("2001:db8:1:3::1", "2001:db8:1:3::"),
+            ("::1", "::"),
+            ("fe80::1:2:3:4", "fe80::"),
+        ] {
+            assert_eq!(client_prefix(v6(ip)), v6(want), "{ip}");
+        }
+        let req = |ip: &str| {
+            let mut r = axum::http::Request::new(());
+            r.extensions_mut()
+                .insert(ConnectInfo(SocketAddr::new(v6(ip), 4000)));
+            r
+        };
+        assert_eq!(client_key(&req("2001:db8:1:2::7")), "2001:db8:1:2::/64");
+        assert_eq!(client_key(&req("::ffff:10.0.0.1")), "10.0.0.1");
+        assert_eq!(client_key(&axum::http::Request::new(())), "unknown");
+    }
+
+    #[test]
+    fn addresses_of_one_slash_64_share_the_per_address_cap() {
+        let t = ConnTracker::new(ConnLimits {
+            header_read_timeout: Duration::from_secs(1),
+            max_connections: 1000,
+            max_per_ip: 4,
+        });
+        // 100 different addresses of 2001:db8:1:2::/64: only 4 get in.
+        let mut held: Vec<_> = (1..=100u16)
+            .filter_map(|i| t.try_acquire(v6(&format!("2001:db8:1:2:{i:x}::{i:x}"))))
+            .collect();
+        assert_eq!(held.len(), 4);
+        // Another /64 and IPv4 clients are not affected.
+        assert!(t.try_acquire(v6("2001:db8:1:3::1")).is_some());
+        assert!(t.try_acquire(v6("10.0.0.1")).is_some());
+        // IPv4 addresses stay separate clients, mapped or not.
+        let v4: Vec<_> = (1..=4u8)
+            .filter_map(|i| t.try_acquire(IpAddr::from([10, 0, 1, i])))
+            .collect();
+        assert_eq!(v4.len(), 4);
+        let mapped: Vec<_> = (0..4)
+            .filter_map(|_| t.try_acquire(v6("::ffff:10.0.0.2")))
+            .collect();
+        assert_eq!(mapped.len(), 4);
+        assert!(t.try_acquire(IpAddr::from([10, 0, 0, 2])).is_none());
+        // Releasing one slot of the /64 lets one more address of it in.
+        held.pop();
+        let again = t.try_acquire(v6("2001:db8:1:2:dead::beef"));
+        assert!(again.is_some());
+        assert!(t.try_acquire(v6("2001:db8:1:2:dead::beef")).is_none());
     }
 }

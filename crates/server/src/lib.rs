@@ -181,6 +181,12 @@ impl AppState {
         &self.inner.unauthenticated
     }
 
+    /// Drops the rate limiters' idle buckets (see [`RateLimiter::prune`]).
+    pub fn prune_rate_limits(&self, now: Instant) {
+        self.inner.rate.prune(now);
+        self.inner.unauthenticated.prune(now);
+    }
+
     pub(crate) fn tokens(&self) -> &auth::TokenCache {
         &self.inner.tokens
     }
@@ -375,6 +381,7 @@ pub async fn serve_listeners(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     state.set_listen_addr(listener.local_addr()?);
+    let pruner = spawn_limit_pruner(state.clone(), LIMITER_PRUNE_INTERVAL);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -410,6 +417,7 @@ pub async fn serve_listeners(
     if let Some(task) = metrics_task {
         let _ = task.await;
     }
+    pruner.abort();
     let deadline = tokio::time::Instant::now() + limits.request_timeout;
     while state.in_flight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -426,6 +434,21 @@ pub async fn serve_listeners(
         "opencouch API stopped"
     );
     Ok(())
+}
+
+/// How often a serving server drops the rate limiters' idle buckets.
+pub const LIMITER_PRUNE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Runs [`AppState::prune_rate_limits`] every `interval` until aborted.
+fn spawn_limit_pruner(state: AppState, interval: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            state.prune_rate_limits(Instant::now());
+        }
+    })
 }
 
 async fn shutdown_signal() {

@@ -11,7 +11,7 @@ use crate::backend::MemoryError;
 use crate::types::{MemoryKind, TypeError};
 
 /// Which visible list an index refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
     /// A semantic fact.

@@ -375,3 +375,44 @@ async fn confirm_tool_is_not_retry_safe_and_deletes() {
     assert_eq!(PendingChange::Clear.resolve(Some(json!(1))), None);
     assert_eq!(PendingChange::Keep.resolve(Some(json!(1))), Some(json!(1)));
 }
+
+/// `memory_tools.json` is data (read by the dispatcher and the intent gate
+/// too), so it cannot be generated from the type: the enum it offers for
+/// `target_kind` must equal the values of [`TargetKind`]'s own schema.
+#[test]
+fn target_kind_schema_matches_the_type() {
+    let schema = schemars::schema_for!(TargetKind).to_value();
+    let mut from_type: Vec<serde_json::Value> = Vec::new();
+    for s in std::iter::once(&schema).chain(
+        schema
+            .get("oneOf")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten(),
+    ) {
+        from_type.extend(s.get("const").cloned());
+        from_type.extend(
+            s.get("enum")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+    }
+    assert_eq!(from_type.len(), 3, "{schema}");
+    let specs = tool_specs(opencouch_core::MemoryMode::Persistent);
+    let spec = specs
+        .iter()
+        .find(|t| t["name"] == "prepare_memory_deletion_by_index")
+        .unwrap();
+    assert_eq!(
+        spec["parameters"]["properties"]["target_kind"]["enum"]
+            .as_array()
+            .unwrap(),
+        &from_type
+    );
+    for v in from_type {
+        let kind: TargetKind = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(kind).unwrap(), v);
+    }
+}

@@ -30,6 +30,10 @@ struct Inner {
     sessions: BTreeMap<String, ActiveSession>,
     memory: HashMap<(String, MemoryKind), Vec<MemoryRecord>>,
     memory_revisions: HashMap<(String, MemoryKind), u64>,
+    /// Where revisions come from: one clock for every namespace, so a
+    /// namespace deleted and written again never repeats a revision (as the
+    /// SQL backends' `memory_revision_clock`).
+    revision_clock: u64,
     crisis: Vec<CrisisRecord>,
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
@@ -37,10 +41,9 @@ struct Inner {
 
 impl Inner {
     fn bump_revision(&mut self, owner_id: &str, kind: MemoryKind) {
-        *self
-            .memory_revisions
-            .entry((owner_id.to_owned(), kind))
-            .or_insert(0) += 1;
+        self.revision_clock += 1;
+        self.memory_revisions
+            .insert((owner_id.to_owned(), kind), self.revision_clock);
     }
 }
 

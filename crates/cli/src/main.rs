@@ -18,6 +18,7 @@ mod eval_memory;
 mod memory_cmd;
 mod models;
 mod out;
+mod owner_cmd;
 mod serve;
 mod users;
 use opencouch_config::{Overrides, Secret, Settings};
@@ -84,6 +85,11 @@ enum Command {
     /// Inspect or clear a person's saved memory
     #[command(subcommand)]
     Memory(memory_cmd::MemoryCmd),
+    /// Everything kept for a person, as JSON (schema opencouch.export/1) or Markdown
+    Export(owner_cmd::ExportArgs),
+    /// Delete everything kept for a person (the crisis log keeps anonymous counts)
+    #[command(name = "forget-me")]
+    ForgetMe(owner_cmd::ForgetMeArgs),
     /// Measure the crisis gate or memory retrieval on labelled data
     #[command(subcommand)]
     Eval(EvalCmd),
@@ -182,6 +188,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Users(cmd) => users::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,
+        Command::Export(args) => {
+            owner_cmd::export(&args, load_settings(&cli.global, None, None)?).await
+        }
+        Command::ForgetMe(args) => {
+            owner_cmd::forget_me(&args, load_settings(&cli.global, None, None)?).await
+        }
         Command::Models(cmd) => models::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Bench(cmd) => {
             let data_dir = cli.global.data_dir.clone();

@@ -20,6 +20,7 @@ pub mod extraction;
 mod fallback;
 pub mod gate;
 pub mod memory;
+pub mod owner_data;
 pub mod plan;
 pub mod policy_model;
 pub mod ports;

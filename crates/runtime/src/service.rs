@@ -4,7 +4,8 @@
 //! A [`Service`] wraps one [`Runtime`] (persistent or incognito) and offers
 //! turns (whole or streamed), session end with feedback, thread listing and
 //! history, memory status / list / recall toggle / forget (prepare → confirm)
-//! / clear, the exercise catalog and progress. Channels never reach into the
+//! / clear, the exercise catalog and progress, and an owner's export and
+//! forget-me (`crate::owner_data`). Channels never reach into the
 //! runtime's stores or the memory crate's internals; identity (which owner)
 //! comes from the channel, which scopes client thread ids with
 //! [`scoped_thread_id`] under the one thread-id rule of [`valid_thread_id`].
@@ -30,6 +31,13 @@ use crate::{EndSessionOutcome, Runtime, RuntimeError};
 pub use crate::thread_id::{
     MAX_OWNER_CHARS, MAX_STORED_THREAD_ID_CHARS, MAX_THREAD_ID_CHARS, THREAD_ID_RULE,
     scoped_thread_id, unscoped_thread_id, valid_thread_id,
+};
+
+/// Export and forget-me (in `crate::owner_data`): their request, result
+/// and error types.
+pub use crate::owner_data::{
+    EXPORT_SCHEMA, ExportDocument, ExportFile, ExportFormat, ExportRequest, FORGET_ME_TOKEN_TTL,
+    ForgetMeConfirm, ForgetMeCounts, ForgetMeDone, ForgetMePlan, ForgetMeRequest, OwnerDataError,
 };
 
 /// Failures of the service API.
@@ -133,7 +141,7 @@ const PROGRESS_THREADS: usize = 100;
 /// The service API over one runtime. Cheap to clone.
 #[derive(Clone)]
 pub struct Service {
-    rt: Runtime,
+    pub(crate) rt: Runtime,
 }
 
 impl Runtime {

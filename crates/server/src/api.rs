@@ -46,6 +46,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/memory/progress"),
     ("GET", "/api/memory/{kind}"),
     ("DELETE", "/api/memory/{kind}/{n}"),
+    ("GET", "/api/export"),
+    ("POST", "/api/forget-me"),
+    ("POST", "/api/forget-me/confirm"),
 ];
 
 /// The full application router. `/metrics` is not on it: see
@@ -65,6 +68,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/memory/progress", get(memory_progress))
         .route("/api/memory/{kind}", get(memory_list))
         .route("/api/memory/{kind}/{n}", delete(memory_delete))
+        .route("/api/export", get(crate::owner_data::export))
+        .route("/api/forget-me", post(crate::owner_data::forget_me_prepare))
+        .route(
+            "/api/forget-me/confirm",
+            post(crate::owner_data::forget_me_confirm),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_owner))
         // Transcripts and memory: never cached (errors included).
         .route_layer(middleware::map_response(crate::guard::no_store));

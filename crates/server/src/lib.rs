@@ -14,6 +14,7 @@ pub mod error;
 pub mod guard;
 pub mod incognito;
 pub mod metrics;
+mod owner_data;
 pub mod progress;
 pub mod web;
 mod ws;

@@ -68,6 +68,14 @@ fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, Status
             None,
             StatusCode::NOT_FOUND,
         ),
+        (GET, "/api/export", None, StatusCode::OK),
+        (POST, "/api/forget-me", None, StatusCode::OK),
+        (
+            POST,
+            "/api/forget-me/confirm",
+            Some(r#"{"token":"not-a-forget-token"}"#),
+            StatusCode::BAD_REQUEST,
+        ),
     ]
 }
 

@@ -458,4 +458,75 @@ async fn real_responses_match_the_documented_schemas() {
         "error event",
         &json!({"type": "error", "code": "internal", "message": "the turn stopped unexpectedly"}),
     );
+
+    // Export and forget-me (last: confirming deletes alice and her token).
+    let privacy: Vec<Case<'_>> = vec![
+        (
+            Method::GET,
+            "/api/export".into(),
+            "/api/export",
+            a,
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/api/export?format=pdf".into(),
+            "/api/export",
+            a,
+            None,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "/api/forget-me/confirm".into(),
+            "/api/forget-me/confirm",
+            a,
+            Some(r#"{"token":"nope"}"#.into()),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (method, uri, template, token, body, status) in privacy {
+        let (got, v) = call(&f.app, method.clone(), &uri, token, body.as_deref()).await;
+        assert_eq!(got, status, "{method} {uri}: {v}");
+        let pointer = response_schema(&d, &method, template, status);
+        assert_valid(&d, &pointer, &format!("{method} {uri} {status}"), &v);
+    }
+    let (got, plan) = call(&f.app, Method::POST, "/api/forget-me", a, None).await;
+    assert_eq!(got, StatusCode::OK);
+    let pointer = response_schema(&d, &Method::POST, "/api/forget-me", got);
+    assert_valid(&d, &pointer, "forget-me plan", &plan);
+    let stale_body = json!({"token": plan["token"]}).to_string();
+    call(
+        &f.app,
+        Method::POST,
+        "/api/chat",
+        a,
+        Some(&chat("one more", "t9")),
+    )
+    .await;
+    let (got, v) = call(
+        &f.app,
+        Method::POST,
+        "/api/forget-me/confirm",
+        a,
+        Some(&stale_body),
+    )
+    .await;
+    assert_eq!(got, StatusCode::CONFLICT);
+    let pointer = response_schema(&d, &Method::POST, "/api/forget-me/confirm", got);
+    assert_valid(&d, &pointer, "stale token", &v);
+    let (_, plan) = call(&f.app, Method::POST, "/api/forget-me", a, None).await;
+    let body = json!({"token": plan["token"]}).to_string();
+    let (got, done) = call(
+        &f.app,
+        Method::POST,
+        "/api/forget-me/confirm",
+        a,
+        Some(&body),
+    )
+    .await;
+    assert_eq!(got, StatusCode::OK, "{done}");
+    let pointer = response_schema(&d, &Method::POST, "/api/forget-me/confirm", got);
+    assert_valid(&d, &pointer, "forget-me result", &done);
 }

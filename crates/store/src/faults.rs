@@ -98,7 +98,8 @@ impl FaultSwitch {
 }
 
 /// Wraps `inner`: threads, sessions, memory, the crisis log and users go
-/// through the returned switch; feedback, voice and the locks are `inner`'s.
+/// through the returned switch; feedback, voice, the owner store and the
+/// locks are `inner`'s.
 pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
     let switch = FaultSwitch::default();
     let wrapped = Arc::new(Faulty {
@@ -113,6 +114,7 @@ pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
         feedback: inner.feedback.clone(),
         voice: inner.voice.clone(),
         users: wrapped,
+        owners: inner.owners.clone(),
         locks: inner.locks.clone(),
         backend: inner.backend(),
     };

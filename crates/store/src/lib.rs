@@ -46,15 +46,15 @@ pub use memory::MemoryBackend;
 pub use postgres::PgStores;
 pub use records::{
     ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
-    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, ResponsePath,
-    SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TraceRuntimeMode,
-    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization, VoiceFinalizationState,
-    opaque_session_id, thread_owner,
+    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts,
+    ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
+    TraceRuntimeMode, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
+    VoiceFinalizationState, opaque_session_id, thread_belongs_to, thread_owner,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, UserStore,
+    CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore, UserStore,
     VoiceFinalizationStore,
 };
 
@@ -86,6 +86,8 @@ pub struct Stores {
     pub voice: Arc<dyn VoiceFinalizationStore>,
     /// API users (token hashes).
     pub users: Arc<dyn UserStore>,
+    /// Everything of one owner across tables (export, forget-me).
+    pub owners: Arc<dyn OwnerStore>,
     /// Per-thread and global locks.
     pub locks: ThreadLocks,
     backend: Backend,
@@ -111,6 +113,7 @@ impl Stores {
             + FeedbackStore
             + VoiceFinalizationStore
             + UserStore
+            + OwnerStore
             + 'static,
     {
         Stores {
@@ -120,7 +123,8 @@ impl Stores {
             crisis: backend.clone(),
             feedback: backend.clone(),
             voice: backend.clone(),
-            users: backend,
+            users: backend.clone(),
+            owners: backend,
             locks,
             backend: kind,
         }

@@ -10,12 +10,13 @@ use chrono::{DateTime, NaiveDate, Utc};
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
     CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind, MemoryRecord,
-    SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, TurnLoad, VoiceFinalization, thread_owner,
+    OwnerCounts, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
+    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization, thread_belongs_to, thread_owner,
 };
 use crate::session::ActiveSession;
 use crate::traits::{
-    CrisisLog, FeedbackStore, MemoryStore, SessionStore, ThreadStore, VoiceFinalizationStore,
+    CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore,
+    VoiceFinalizationStore,
 };
 
 #[derive(Default)]
@@ -30,17 +31,84 @@ struct Inner {
     sessions: BTreeMap<String, ActiveSession>,
     memory: HashMap<(String, MemoryKind), Vec<MemoryRecord>>,
     memory_revisions: HashMap<(String, MemoryKind), u64>,
+    /// Where revisions come from: one clock for every namespace, so a
+    /// namespace deleted and written again never repeats a revision (as the
+    /// SQL backends' `memory_revision_clock`).
+    revision_clock: u64,
     crisis: Vec<CrisisRecord>,
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
 }
 
 impl Inner {
+    /// The owner's threads ([`thread_belongs_to`]), in byte order.
+    fn owner_threads(&self, owner: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .threads
+            .iter()
+            .filter(|(id, d)| {
+                d.state
+                    .as_ref()
+                    .is_some_and(|(s, _)| thread_belongs_to(id, s.user_id.as_deref(), owner))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Rows keyed by thread that belong to the owner: of an owned thread,
+    /// or scoped to the owner even without a snapshot.
+    fn thread_keyed(owner: &str, owned: &[String], thread_id: &str) -> bool {
+        owned.iter().any(|t| t == thread_id)
+            || (!owner.contains(':') && thread_owner(thread_id) == owner)
+    }
+
+    /// What deleting the owner finds now (`users`: API users of that name).
+    fn owner_counts(&self, owner: &str, users: u64) -> OwnerCounts {
+        let owned = self.owner_threads(owner);
+        let keyed = |t: &str| Self::thread_keyed(owner, &owned, t);
+        let memory = |kind| {
+            self.memory
+                .get(&(owner.to_owned(), kind))
+                .map_or(0, |l| l.len() as u64)
+        };
+        OwnerCounts {
+            threads: owned.len() as u64,
+            messages: self
+                .threads
+                .iter()
+                .filter(|(id, _)| keyed(id))
+                .map(|(_, d)| d.transcript.len() as u64)
+                .sum(),
+            open_sessions: self.sessions.keys().filter(|t| keyed(t)).count() as u64,
+            voice_statuses: self.voice.keys().filter(|t| keyed(t)).count() as u64,
+            facts: memory(MemoryKind::Semantic),
+            session_summaries: memory(MemoryKind::Episodic),
+            preferences: memory(MemoryKind::Procedural),
+            memory_revisions: self
+                .memory_revisions
+                .keys()
+                .filter(|(o, _)| o == owner)
+                .count() as u64,
+            feedback: self
+                .feedback
+                .iter()
+                .filter(|f| f.user_id_or_null.as_deref() == Some(owner))
+                .count() as u64,
+            api_users: users,
+            crisis_log_unlinked: self
+                .crisis
+                .iter()
+                .filter(|c| c.user_id_or_null.as_deref() == Some(owner))
+                .count() as u64,
+        }
+    }
+
     fn bump_revision(&mut self, owner_id: &str, kind: MemoryKind) {
-        *self
-            .memory_revisions
-            .entry((owner_id.to_owned(), kind))
-            .or_insert(0) += 1;
+        self.revision_clock += 1;
+        self.memory_revisions
+            .insert((owner_id.to_owned(), kind), self.revision_clock);
     }
 }
 
@@ -337,6 +405,82 @@ impl MemoryStore for MemoryBackend {
             .get(&(owner_id.to_owned(), kind))
             .copied()
             .unwrap_or(0))
+    }
+}
+
+fn check_owner(owner: &str) -> StoreResult<()> {
+    if owner.is_empty() {
+        return Err(StoreError::Invalid("owner must not be empty"));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl OwnerStore for MemoryBackend {
+    async fn owner_threads(&self, owner: &str) -> StoreResult<Vec<String>> {
+        check_owner(owner)?;
+        Ok(self.lock().owner_threads(owner))
+    }
+
+    async fn owner_feedback(&self, owner: &str) -> StoreResult<Vec<FeedbackRecord>> {
+        check_owner(owner)?;
+        Ok(self
+            .lock()
+            .feedback
+            .iter()
+            .filter(|f| f.user_id_or_null.as_deref() == Some(owner))
+            .cloned()
+            .collect())
+    }
+
+    async fn owner_counts(&self, owner: &str) -> StoreResult<OwnerCounts> {
+        check_owner(owner)?;
+        let users = self.users().iter().filter(|u| u.name == owner).count() as u64;
+        Ok(self.lock().owner_counts(owner, users))
+    }
+
+    async fn delete_owner_thread(&self, thread_id: &str) -> StoreResult<OwnerCounts> {
+        let mut inner = self.lock();
+        let data = inner.threads.remove(thread_id);
+        Ok(OwnerCounts {
+            threads: u64::from(data.as_ref().is_some_and(|d| d.state.is_some())),
+            messages: data.map_or(0, |d| d.transcript.len() as u64),
+            open_sessions: u64::from(inner.sessions.remove(thread_id).is_some()),
+            voice_statuses: u64::from(inner.voice.remove(thread_id).is_some()),
+            ..OwnerCounts::default()
+        })
+    }
+
+    async fn delete_owner(&self, owner: &str) -> StoreResult<OwnerCounts> {
+        check_owner(owner)?;
+        // Users first, then the rest under one lock: the same order as
+        // `owner_counts`, and no other write interleaves with the rest.
+        let api_users = {
+            let mut users = self.users();
+            let before = users.len();
+            users.retain(|u| u.name != owner);
+            (before - users.len()) as u64
+        };
+        let mut inner = self.lock();
+        let counts = inner.owner_counts(owner, api_users);
+        let owned = inner.owner_threads(owner);
+        let keyed = |t: &str| Inner::thread_keyed(owner, &owned, t);
+        inner.threads.retain(|id, _| !keyed(id));
+        inner.sessions.retain(|id, _| !keyed(id));
+        inner.voice.retain(|id, _| !keyed(id));
+        inner.memory.retain(|(o, _), _| o != owner);
+        inner.memory_revisions.retain(|(o, _), _| o != owner);
+        inner
+            .feedback
+            .retain(|f| f.user_id_or_null.as_deref() != Some(owner));
+        for c in inner
+            .crisis
+            .iter_mut()
+            .filter(|c| c.user_id_or_null.as_deref() == Some(owner))
+        {
+            c.user_id_or_null = None;
+        }
+        Ok(counts)
     }
 }
 

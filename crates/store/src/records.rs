@@ -466,6 +466,87 @@ pub fn thread_owner(thread_id: &str) -> &str {
     thread_id.split_once(':').map_or("", |(owner, _)| owner)
 }
 
+/// Whether a stored thread belongs to `owner` for export and forget-me:
+/// it is scoped to the owner (`OWNER:…`, see [`thread_owner`]), or its
+/// snapshot names the owner as its user (`opencouch chat --user OWNER`
+/// keeps threads such as `cli:OWNER`), or its id *is* the owner and it has
+/// no user (thread-scoped memory: `opencouch chat --thread ID` without a
+/// user keeps its memory under the thread id). Every backend applies this
+/// rule (the SQL backends in one query, see `sql::owners`).
+pub fn thread_belongs_to(thread_id: &str, user_id: Option<&str>, owner: &str) -> bool {
+    if owner.is_empty() {
+        return false;
+    }
+    let user = user_id.filter(|u| !u.is_empty());
+    thread_owner(thread_id) == owner
+        || user == Some(owner)
+        || (thread_id == owner && user.is_none())
+}
+
+/// What one owner has in the store, by kind: what
+/// [`crate::OwnerStore::owner_counts`] finds and what
+/// [`crate::OwnerStore::delete_owner`] deleted. Crisis-log rows are never
+/// deleted for an owner, only unlinked from them (their user id cleared).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerCounts {
+    /// Thread snapshots (`thread_state`).
+    pub threads: u64,
+    /// Transcript entries, both sides of the conversation (`transcript`).
+    pub messages: u64,
+    /// Open sessions with their held memory candidates (`active_sessions`).
+    pub open_sessions: u64,
+    /// Voice finalization statuses (`voice_finalization_status`).
+    pub voice_statuses: u64,
+    /// Semantic memory records: facts (`memory_records`).
+    pub facts: u64,
+    /// Episodic memory records: session summaries with moods and exercises.
+    pub session_summaries: u64,
+    /// Procedural memory records: the style profile (rules, recall switch).
+    pub preferences: u64,
+    /// Revision counters of the owner's memory namespaces
+    /// (`memory_revisions`; bookkeeping, no content).
+    pub memory_revisions: u64,
+    /// Session feedback (thumbs) records (`session_feedback`).
+    pub feedback: u64,
+    /// API users of that name, revoked ones included (`api_users`).
+    pub api_users: u64,
+    /// Crisis-log rows that name the owner (`crisis_log`): kept, with the
+    /// user id cleared.
+    pub crisis_log_unlinked: u64,
+}
+
+impl OwnerCounts {
+    /// Rows deleted (or to delete), every kind but the unlinked crisis-log
+    /// rows and the revision counters.
+    pub fn deleted_rows(&self) -> u64 {
+        self.threads
+            + self.messages
+            + self.open_sessions
+            + self.voice_statuses
+            + self.facts
+            + self.session_summaries
+            + self.preferences
+            + self.feedback
+            + self.api_users
+    }
+}
+
+impl std::ops::AddAssign for OwnerCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.threads += o.threads;
+        self.messages += o.messages;
+        self.open_sessions += o.open_sessions;
+        self.voice_statuses += o.voice_statuses;
+        self.facts += o.facts;
+        self.session_summaries += o.session_summaries;
+        self.preferences += o.preferences;
+        self.memory_revisions += o.memory_revisions;
+        self.feedback += o.feedback;
+        self.api_users += o.api_users;
+        self.crisis_log_unlinked += o.crisis_log_unlinked;
+    }
+}
+
 /// Where a thread listing continues: the position of the last thread of the
 /// previous page in the listing order (most recently updated first, then by
 /// thread id in byte order). Keyset pagination: a page never skips or
@@ -527,6 +608,31 @@ mod tests {
         assert_eq!(thread_owner("plain"), "");
         assert_eq!(thread_owner(""), "");
         assert_eq!(thread_owner("é:ü"), "é");
+    }
+
+    #[test]
+    fn threads_belong_by_scope_user_or_own_id() {
+        let cases = [
+            ("alice:t1", None, "alice", true),
+            ("alice:t1", Some("bob"), "alice", true),
+            ("alice:t1", Some("bob"), "bob", true),
+            ("cli:alice", Some("alice"), "alice", true),
+            ("cli:alice", Some("alice"), "cli", true),
+            ("cli:default", None, "cli:default", true),
+            ("cli:default", Some("carol"), "cli:default", false),
+            ("bob", Some("alice"), "bob", false),
+            ("bob", None, "bob", true),
+            ("alicex:t1", None, "alice", false),
+            ("t1", Some(""), "", false),
+            ("plain", None, "", false),
+        ];
+        for (thread, user, owner, want) in cases {
+            assert_eq!(
+                thread_belongs_to(thread, user, owner),
+                want,
+                "{thread} {user:?} {owner}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Test support shared with other crates: a throw-away PostgreSQL database
-//! per test. Not part of the stable API.
+//! per test, and the schema walk of the forget-me tests
+//! ([`SCHEMA_TABLES`], [`sqlite_rows_mentioning`], [`pg_rows_mentioning`]).
+//! Not part of the stable API.
 //!
 //! [`pg_test_db`] connects to `OPENCOUCH_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`), creates
@@ -12,8 +14,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, PgConnection, PgPool, Row, SqlitePool};
 
 /// Environment variable naming the admin database URL.
 pub const TEST_DATABASE_URL_ENV: &str = "OPENCOUCH_TEST_DATABASE_URL";
@@ -140,6 +144,147 @@ impl Drop for PgTestDb {
         });
         let _ = handle.join();
     }
+}
+
+/// What a table of the schema holds, for the forget-me tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableRole {
+    /// Rows that belong to an owner: forget-me must leave none of theirs
+    /// (the crisis log keeps its rows with the user id cleared).
+    Owner,
+    /// Holds no owner data, for the given reason.
+    Exempt(&'static str),
+}
+
+/// Every table of the SQLite and PostgreSQL schemas and what it holds. The
+/// forget-me tests walk the database catalog and fail on a table missing
+/// here, so whoever adds a table decides whether forget-me must clear it
+/// (and makes `OwnerStore::delete_owner` do so).
+pub const SCHEMA_TABLES: &[(&str, TableRole)] = &[
+    ("thread_state", TableRole::Owner),
+    ("transcript", TableRole::Owner),
+    ("active_sessions", TableRole::Owner),
+    ("voice_finalization_status", TableRole::Owner),
+    ("memory_records", TableRole::Owner),
+    ("memory_revisions", TableRole::Owner),
+    ("session_feedback", TableRole::Owner),
+    ("api_users", TableRole::Owner),
+    ("crisis_log", TableRole::Owner),
+    (
+        "memory_revision_clock",
+        TableRole::Exempt("one counter for the whole table, no owner"),
+    ),
+    (
+        "_sqlx_migrations",
+        TableRole::Exempt("the applied migrations: versions, names, checksums"),
+    ),
+    (
+        "sqlite_sequence",
+        TableRole::Exempt("SQLite's AUTOINCREMENT counters, by table name"),
+    ),
+];
+
+fn classified(table: &str) -> Result<(), String> {
+    if SCHEMA_TABLES.iter().any(|(t, _)| *t == table) {
+        Ok(())
+    } else {
+        Err(format!(
+            "table {table} is not in opencouch_store::testing::SCHEMA_TABLES: say whether it \
+             holds owner data (and if so, make OwnerStore::delete_owner clear it)"
+        ))
+    }
+}
+
+fn quoted(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// For every table of the SQLite database (from `sqlite_master`), how many
+/// rows have `needle` in any column (from `pragma_table_xinfo`, generated
+/// columns included), read as text. `Err` names a table missing from
+/// [`SCHEMA_TABLES`] or a failed query.
+pub async fn sqlite_rows_mentioning(
+    pool: &SqlitePool,
+    needle: &str,
+) -> Result<BTreeMap<String, u64>, String> {
+    let err = |e: sqlx::Error| e.to_string();
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(pool)
+            .await
+            .map_err(err)?;
+    let mut out = BTreeMap::new();
+    for table in tables {
+        classified(&table)?;
+        let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_xinfo(?1)")
+            .bind(&table)
+            .fetch_all(pool)
+            .await
+            .map_err(err)?;
+        let cond: Vec<String> = columns
+            .iter()
+            .map(|c| format!("instr(CAST({} AS TEXT), ?1) > 0", quoted(c)))
+            .collect();
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE {}",
+            quoted(&table),
+            cond.join(" OR ")
+        );
+        let n: i64 = sqlx::query(&sql)
+            .bind(needle)
+            .fetch_one(pool)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(err)?;
+        out.insert(table, u64::try_from(n).unwrap_or(0));
+    }
+    Ok(out)
+}
+
+/// [`sqlite_rows_mentioning`] for PostgreSQL: every base table of the
+/// current schema (`information_schema.tables`), every column
+/// (`information_schema.columns`) cast to text.
+pub async fn pg_rows_mentioning(
+    pool: &PgPool,
+    needle: &str,
+) -> Result<BTreeMap<String, u64>, String> {
+    let err = |e: sqlx::Error| e.to_string();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(err)?;
+    let mut out = BTreeMap::new();
+    for table in tables {
+        classified(&table)?;
+        let columns: Vec<String> = sqlx::query_scalar(
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1",
+        )
+        .bind(&table)
+        .fetch_all(pool)
+        .await
+        .map_err(err)?;
+        let cond: Vec<String> = columns
+            .iter()
+            .map(|c| format!("strpos(CAST({} AS TEXT), $1) > 0", quoted(c)))
+            .collect();
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE {}",
+            quoted(&table),
+            cond.join(" OR ")
+        );
+        let n: i64 = sqlx::query(&sql)
+            .bind(needle)
+            .fetch_one(pool)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(err)?;
+        out.insert(table, u64::try_from(n).unwrap_or(0));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use crate::error::StoreResult;
 use crate::records::{
     ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
-    MemoryRecord, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary, TranscriptEntry,
-    TurnCommit, TurnLoad, VoiceFinalization,
+    MemoryRecord, OwnerCounts, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
+    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
 };
 use crate::session::{ActiveSession, SessionStatus, session_status};
 
@@ -242,4 +242,35 @@ pub trait UserStore: Send + Sync {
 
     /// Whether any active user exists.
     async fn has_active_users(&self) -> StoreResult<bool>;
+}
+
+/// Everything one owner has in the store, across every table: what an
+/// export reads besides threads and memory, and what forget-me deletes.
+/// A thread belongs to an owner by [`crate::thread_belongs_to`]; memory
+/// records, feedback and crisis-log rows by their owner / user id; API
+/// users by name. The owner must not be empty (`StoreError::Invalid`).
+#[async_trait]
+pub trait OwnerStore: Send + Sync {
+    /// The stored ids of the owner's threads, in byte order.
+    async fn owner_threads(&self, owner: &str) -> StoreResult<Vec<String>>;
+
+    /// The owner's session feedback records, oldest first.
+    async fn owner_feedback(&self, owner: &str) -> StoreResult<Vec<FeedbackRecord>>;
+
+    /// What [`Self::delete_owner`] would delete (and unlink) now.
+    async fn owner_counts(&self, owner: &str) -> StoreResult<OwnerCounts>;
+
+    /// Deletes one thread whole, in one transaction: its snapshot,
+    /// transcript, active-session row and voice status (the caller holds
+    /// the thread lock, so no turn runs on it meanwhile). Returns what was
+    /// deleted (`threads`, `messages`, `open_sessions`, `voice_statuses`).
+    async fn delete_owner_thread(&self, thread_id: &str) -> StoreResult<OwnerCounts>;
+
+    /// Deletes everything of the owner in one transaction: their threads
+    /// (snapshots, transcripts, session rows, voice statuses), memory
+    /// records of every kind and their revision counters, session feedback
+    /// and API users of that name; crisis-log rows that name the owner are
+    /// kept (anonymous audit counts) with the user id cleared. Returns what
+    /// was deleted and unlinked. Other owners' rows are untouched.
+    async fn delete_owner(&self, owner: &str) -> StoreResult<OwnerCounts>;
 }

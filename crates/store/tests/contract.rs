@@ -16,7 +16,7 @@ use opencouch_core::{
 use opencouch_store::session::REASON_INTERRUPTED;
 use opencouch_store::{
     ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
-    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, PgStores,
+    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts, PgStores,
     ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
     ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
     VoiceFinalizationState, opaque_session_id,
@@ -1193,6 +1193,262 @@ async fn api_users(s: &Stores) {
     assert!(!u.has_active_users().await.expect("has"));
 }
 
+/// A unique owner name (a valid API user name) and a text marker that only
+/// that owner's content contains.
+fn owner_names(tag: &str) -> (String, String) {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    (
+        format!("{tag}-{}", &hex[..8]),
+        format!("secret-{tag}-{}", &hex[8..16]),
+    )
+}
+
+/// Writes a bit of everything an owner can have: a scoped thread with an
+/// open session (held candidates mention `marker`) and a voice status, a
+/// `cli:OWNER` thread, a thread-scoped thread named after the owner, a
+/// session row scoped to the owner without a snapshot, memory of every
+/// kind, feedback, crisis-log rows and two API users of that name (one
+/// revoked). Returns what `owner_counts` must find.
+async fn seed_owner(s: &Stores, owner: &str, marker: &str, hash_digit: char) -> OwnerCounts {
+    let at = t0();
+    let scoped = format!("{owner}:t1");
+    let mut state = ThreadState::new(scoped.as_str(), Channel::Web);
+    state.user_id = Some(owner.to_owned());
+    let mut c = turn(&state, &format!("{marker} first"), "reply", at);
+    let mut session = ActiveSession::start(scoped.as_str(), at, 0);
+    session.session_buffer = json!({"held": [{"evidence": marker}]});
+    c.session = SessionWrite::Upsert(session);
+    s.threads.commit_turn(c).await.expect("commit scoped");
+    let snap = s
+        .threads
+        .load(&scoped, 0)
+        .await
+        .expect("load")
+        .expect("thread");
+    s.threads
+        .commit_turn(turn(&snap.state, &format!("{marker} second"), "ok", at))
+        .await
+        .expect("commit scoped 2");
+    s.voice
+        .set(&VoiceFinalization {
+            thread_id: scoped.clone(),
+            status: VoiceFinalizationState::Completed,
+            detail: None,
+            updated_at: at,
+        })
+        .await
+        .expect("voice");
+    let mut cli = ThreadState::new(format!("cli:{owner}"), Channel::Test);
+    cli.user_id = Some(owner.to_owned());
+    s.threads
+        .commit_turn(turn(&cli, &format!("{marker} cli"), "hi", at))
+        .await
+        .expect("commit cli");
+    let own = ThreadState::new(owner, Channel::Test);
+    s.threads
+        .commit_turn(turn(&own, &format!("{marker} thread-scoped"), "hi", at))
+        .await
+        .expect("commit thread-scoped");
+    s.sessions
+        .put(&ActiveSession::start(format!("{owner}:orphan"), at, 0))
+        .await
+        .expect("orphan session row");
+    for (kind, id) in [
+        (MemoryKind::Semantic, "f1"),
+        (MemoryKind::Semantic, "f2"),
+        (MemoryKind::Episodic, "a1"),
+        (MemoryKind::Procedural, "profile"),
+    ] {
+        let mut r = record(owner, kind, id, 1);
+        r.value = json!({"text": format!("{marker} {id}")});
+        s.memory.put(&r).await.expect("memory");
+    }
+    let f = FeedbackRecord::new(
+        Some(&scoped),
+        Some(owner.to_owned()),
+        at,
+        FeedbackLabel::Positive,
+        2,
+        FeedbackSource::ApiEnd,
+    );
+    s.feedback.append(&f).await.expect("feedback");
+    for i in 0..2 {
+        let mut r = crisis(&format!("{scoped}:{i}"), at, 2, ResponsePath::Deterministic);
+        r.user_id_or_null = Some(owner.to_owned());
+        s.crisis.append(&r).await.expect("crisis");
+    }
+    let mut old = api_user(owner, hash_digit, at);
+    old.revoked_at = Some(at);
+    s.users.add_user(&old).await.expect("revoked user");
+    let digit = char::from_digit(hash_digit.to_digit(16).expect("hex") + 1, 16).expect("digit");
+    s.users
+        .add_user(&api_user(owner, digit, at))
+        .await
+        .expect("active user");
+    OwnerCounts {
+        threads: 3,
+        messages: 8,
+        open_sessions: 2,
+        voice_statuses: 1,
+        facts: 2,
+        session_summaries: 1,
+        preferences: 1,
+        memory_revisions: 3,
+        feedback: 1,
+        api_users: 2,
+        crisis_log_unlinked: 2,
+    }
+}
+
+/// Export reads and forget-me deletes exactly one owner's rows: counts
+/// before, one thread, then the rest; the crisis log keeps its rows
+/// without the user; revisions never repeat after a namespace is gone.
+async fn owner_data(s: &Stores) {
+    let (a, a_marker) = owner_names("alice");
+    let (b, b_marker) = owner_names("bob");
+    let want_a = seed_owner(s, &a, &a_marker, '2').await;
+    let want_b = seed_owner(s, &b, &b_marker, '6').await;
+    // A thread named like a third owner but kept for bob is bob's only.
+    let (c, _) = owner_names("carol");
+    let mut named = ThreadState::new(c.as_str(), Channel::Test);
+    named.user_id = Some(b.clone());
+    s.threads
+        .commit_turn(turn(&named, "named thread", "ok", t0()))
+        .await
+        .expect("commit named");
+    assert_eq!(
+        s.owners.owner_counts(&c).await.expect("counts c"),
+        OwnerCounts::default()
+    );
+
+    assert_eq!(s.owners.owner_counts(&a).await.expect("counts a"), want_a);
+    let mut b_counts = want_b;
+    b_counts.threads += 1;
+    b_counts.messages += 2;
+    assert_eq!(s.owners.owner_counts(&b).await.expect("counts b"), b_counts);
+    let mut threads = vec![a.clone(), format!("{a}:t1"), format!("cli:{a}")];
+    threads.sort();
+    assert_eq!(s.owners.owner_threads(&a).await.expect("threads"), threads);
+    let fb = s.owners.owner_feedback(&a).await.expect("feedback");
+    assert_eq!(fb.len(), 1);
+    assert_eq!(fb[0].user_id_or_null.as_deref(), Some(a.as_str()));
+    assert!(matches!(
+        s.owners.owner_counts("").await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        s.owners.delete_owner("").await,
+        Err(StoreError::Invalid(_))
+    ));
+
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(
+        s.memory
+            .revision(&a, MemoryKind::Semantic)
+            .await
+            .expect("rev"),
+    );
+
+    // One thread whole, then everything else.
+    let one = s
+        .owners
+        .delete_owner_thread(&format!("{a}:t1"))
+        .await
+        .expect("delete thread");
+    assert_eq!(
+        one,
+        OwnerCounts {
+            threads: 1,
+            messages: 4,
+            open_sessions: 1,
+            voice_statuses: 1,
+            ..OwnerCounts::default()
+        }
+    );
+    let mut rest = want_a;
+    rest.threads -= 1;
+    rest.messages -= 4;
+    rest.open_sessions -= 1;
+    rest.voice_statuses -= 1;
+    assert_eq!(s.owners.owner_counts(&a).await.expect("counts"), rest);
+    let crisis_before = s.crisis.count().await.expect("crisis count");
+    assert_eq!(s.owners.delete_owner(&a).await.expect("delete owner"), rest);
+    assert_eq!(
+        s.owners.owner_counts(&a).await.expect("counts after"),
+        OwnerCounts::default()
+    );
+    assert!(
+        s.owners
+            .owner_threads(&a)
+            .await
+            .expect("threads")
+            .is_empty()
+    );
+    assert!(
+        s.owners
+            .owner_feedback(&a)
+            .await
+            .expect("feedback")
+            .is_empty()
+    );
+    for kind in [
+        MemoryKind::Semantic,
+        MemoryKind::Episodic,
+        MemoryKind::Procedural,
+    ] {
+        assert!(s.memory.list(&a, kind).await.expect("list").is_empty());
+        assert_eq!(s.memory.revision(&a, kind).await.expect("rev"), 0);
+    }
+    assert!(
+        s.users
+            .list_users()
+            .await
+            .expect("users")
+            .iter()
+            .all(|u| u.name != a)
+    );
+    assert!(
+        s.sessions
+            .get(&format!("{a}:orphan"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    // The crisis log keeps its rows, none of them names the owner.
+    assert_eq!(s.crisis.count().await.expect("crisis count"), crisis_before);
+    let kept = s
+        .crisis
+        .list_for_session(&opaque_session_id(Some(&format!("{a}:t1:0"))))
+        .await
+        .expect("crisis rows");
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].user_id_or_null, None);
+    // Nothing of bob's moved.
+    assert_eq!(s.owners.owner_counts(&b).await.expect("counts b"), b_counts);
+    assert_eq!(
+        s.memory
+            .list(&b, MemoryKind::Semantic)
+            .await
+            .expect("b")
+            .len(),
+        2
+    );
+    assert!(s.threads.load(&c, 0).await.expect("load").is_some());
+    // A namespace written again never repeats a revision a cache may hold.
+    for i in 0..3 {
+        s.memory
+            .put(&record(&a, MemoryKind::Semantic, &format!("new{i}"), i))
+            .await
+            .expect("put again");
+        let r = s
+            .memory
+            .revision(&a, MemoryKind::Semantic)
+            .await
+            .expect("rev");
+        assert!(seen.insert(r), "revision {r} repeated");
+    }
+}
+
 async fn sqlite_stores() -> (tempfile::TempDir, Stores) {
     let dir = tempfile::tempdir().expect("tempdir");
     // A nested path proves `open` creates parent directories.
@@ -1252,6 +1508,7 @@ contract!(
     load_turn_matches_separate_reads,
     commit_continues_at_the_transcript_end,
     dropped_guards_serialize,
+    owner_data,
 );
 
 /// A representative first read/append after start-up.
@@ -1568,4 +1825,79 @@ async fn ephemeral_stores_are_in_memory() {
     let other = opencouch_store::EphemeralStores::new();
     assert!(other.threads.load("i", 1).await.expect("load").is_none());
     let _keep: Arc<dyn opencouch_store::ThreadStore> = e.stores().threads.clone();
+}
+
+/// The forget-me guarantee on a real schema: seed two owners, delete one,
+/// then walk every table of the database catalog and every column of it
+/// (`rows_mentioning`): no row names the forgotten owner or holds their
+/// text, every owner-data table had some before (the seed covers the
+/// schema), and the other owner's rows are all still there.
+async fn forget_leaves_no_owner_row<F, Fut>(s: &Stores, rows_mentioning: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<std::collections::BTreeMap<String, u64>, String>>,
+{
+    use opencouch_store::testing::{SCHEMA_TABLES, TableRole};
+    let (a, a_marker) = owner_names("alice");
+    let (b, b_marker) = owner_names("bob");
+    seed_owner(s, &a, &a_marker, '2').await;
+    seed_owner(s, &b, &b_marker, '6').await;
+    let before = rows_mentioning(a.clone()).await.expect("walk");
+    for (table, role) in SCHEMA_TABLES {
+        if *role == TableRole::Owner {
+            assert!(
+                before.get(*table).copied().unwrap_or(0) > 0,
+                "the seed writes no row of {table}: extend seed_owner"
+            );
+        }
+    }
+    let b_before = rows_mentioning(b.clone()).await.expect("walk");
+    let b_text_before = rows_mentioning(b_marker.clone()).await.expect("walk");
+
+    s.owners.delete_owner(&a).await.expect("forget");
+
+    for needle in [&a, &a_marker] {
+        let left: Vec<(String, u64)> = rows_mentioning(needle.clone())
+            .await
+            .expect("walk")
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert!(left.is_empty(), "rows still mention the owner: {left:?}");
+    }
+    assert_eq!(rows_mentioning(b.clone()).await.expect("walk"), b_before);
+    assert_eq!(
+        rows_mentioning(b_marker.clone()).await.expect("walk"),
+        b_text_before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_forget_leaves_no_owner_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = SqliteStores::open(dir.path().join("forget.db"))
+        .await
+        .expect("open");
+    let pool = backend.pool().clone();
+    forget_leaves_no_owner_row(&backend.clone().into_stores(), |needle| {
+        let pool = pool.clone();
+        async move { opencouch_store::testing::sqlite_rows_mentioning(&pool, &needle).await }
+    })
+    .await;
+    backend.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_forget_leaves_no_owner_row() {
+    let Some(db) = opencouch_store::testing::pg_test_db().await else {
+        return;
+    };
+    let pg = PgStores::connect(db.url()).await.expect("connect");
+    let pool = pg.pool().clone();
+    forget_leaves_no_owner_row(&pg.clone().into_stores(), |needle| {
+        let pool = pool.clone();
+        async move { opencouch_store::testing::pg_rows_mentioning(&pool, &needle).await }
+    })
+    .await;
+    pg.close().await;
 }

@@ -84,3 +84,29 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// [`opencouch`] with `args`, run on a pseudo-terminal through `script`
+/// (util-linux), for the prompts that only a terminal gets; `None` (with a
+/// notice) when `script` is not installed.
+pub fn opencouch_in_pty(home: &Path, data: &Path, args: &str) -> Option<Command> {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipping: `script` (util-linux) is not installed");
+        return None;
+    }
+    let command = format!(
+        "'{}' --data-dir '{}' {args}",
+        env!("CARGO_BIN_EXE_opencouch"),
+        data.display()
+    );
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("TERM", "dumb")
+        .env("OPENCOUCH_MODE", "deterministic")
+        .env("OPENCOUCH_NO_MODEL_HINT", "1");
+    Some(cmd)
+}

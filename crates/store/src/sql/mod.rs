@@ -3,8 +3,8 @@
 //! arguments ([`Stmt`], [`Arg`]), typed row access ([`SqlRow`]), and the
 //! conversions, enum parsing and error mapping of stored values.
 //!
-//! Every query is written once, here and in [`threads`], [`records`] and
-//! `crate::users`, which implement the store traits for any [`SqlBackend`].
+//! Every query is written once, here and in [`threads`], [`records`],
+//! [`owners`] and `crate::users`, which implement the store traits for any [`SqlBackend`].
 //! Query text uses `$1`-style placeholders, which both databases accept
 //! (SQLite treats `$N` as parameter `N`, so a number may repeat). What the
 //! two databases store differently is isolated in the backend: how an
@@ -14,6 +14,7 @@
 //! a write transaction begins, and the byte-order collation
 //! ([`SqlBackend::BYTE_ORDER`]).
 
+pub(crate) mod owners;
 pub(crate) mod records;
 pub(crate) mod threads;
 

@@ -1,0 +1,156 @@
+//! `GET /api/export` and `POST /api/forget-me` (→ `/confirm`): the
+//! service's export and forget-me for the caller (the owner comes from the
+//! token, as everywhere).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use opencouch_core::MemoryMode;
+use opencouch_runtime::service::{
+    ExportFormat, ExportRequest, ForgetMeConfirm, ForgetMeCounts, ForgetMeRequest, OwnerDataError,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::api::{Body, Owner, Params};
+use crate::error::{ApiError, parse_json, parse_required};
+
+/// `GET /api/export` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    /// `json` (default) or `md` (`markdown`).
+    pub format: Option<String>,
+}
+
+/// `POST /api/forget-me` body (optional, empty).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetMeBody {}
+
+/// `POST /api/forget-me/confirm` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetMeConfirmBody {
+    /// The token `POST /api/forget-me` gave.
+    pub token: String,
+}
+
+/// The HTTP form of a failed export or forget-me step.
+fn api_error(e: OwnerDataError) -> ApiError {
+    let code = e.code();
+    match e {
+        OwnerDataError::InvalidOwner(_) | OwnerDataError::Incognito => {
+            ApiError::bad_request(code, e.to_string())
+        }
+        OwnerDataError::UnknownToken => ApiError::bad_request(code, e.to_string()),
+        OwnerDataError::StaleToken(_) => ApiError::new(StatusCode::CONFLICT, code, e.to_string()),
+        OwnerDataError::Storage(_) => {
+            tracing::error!(error = %e, "export or forget-me: storage error");
+            ApiError::unavailable(code, "storage is unavailable")
+        }
+        OwnerDataError::Encode => {
+            tracing::error!("export could not be encoded");
+            ApiError::internal()
+        }
+    }
+}
+
+fn counts_json(c: &ForgetMeCounts) -> Value {
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+/// Everything kept for the caller, as JSON (`opencouch.export/1`) or
+/// Markdown, sent as a download.
+pub(crate) async fn export(
+    State(state): State<AppState>,
+    owner: Owner,
+    Params(q): Params<ExportQuery>,
+) -> Result<Response, ApiError> {
+    let format = match q.format.as_deref() {
+        None => ExportFormat::Json,
+        Some(name) => ExportFormat::parse(name).ok_or_else(|| {
+            state.metrics().rejected("invalid_format");
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_format",
+                "format must be json or md",
+            )
+        })?,
+    };
+    let file = state
+        .service(MemoryMode::Persistent)
+        .export(&ExportRequest {
+            owner: owner.0.clone(),
+            format,
+        })
+        .await
+        .map_err(api_error)?;
+    // The file name holds only letters, digits, `-`, `_` and `.`.
+    let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", file.filename))
+        .map_err(|_| ApiError::internal())?;
+    let mut resp = file.body.into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(file.media_type),
+    );
+    headers.insert(header::CONTENT_DISPOSITION, disposition);
+    Ok(resp)
+}
+
+/// What forgetting the caller would delete, and the token to confirm it.
+/// Deletes nothing.
+pub(crate) async fn forget_me_prepare(
+    State(state): State<AppState>,
+    owner: Owner,
+    Body(body): Body,
+) -> Result<Json<Value>, ApiError> {
+    let _: ForgetMeBody = parse_json(&body, true)?;
+    let plan = state
+        .service(MemoryMode::Persistent)
+        .forget_me_prepare(&ForgetMeRequest { owner: owner.0 })
+        .await
+        .map_err(api_error)?;
+    Ok(Json(json!({
+        "token": plan.token,
+        "expires_at": plan.expires_at,
+        "counts": counts_json(&plan.counts),
+        "total": plan.counts.deleted(),
+        "message": plan.message,
+    })))
+}
+
+/// Deletes everything kept for the caller (the crisis log keeps anonymous
+/// entries) and says exactly what was deleted. In token mode the caller's
+/// sign-in account goes too: this token stops working.
+pub(crate) async fn forget_me_confirm(
+    State(state): State<AppState>,
+    owner: Owner,
+    Body(body): Body,
+) -> Result<Json<Value>, ApiError> {
+    let req: ForgetMeConfirmBody = parse_required(&body)?;
+    let svc = state.service(MemoryMode::Persistent);
+    let confirm = ForgetMeConfirm {
+        owner: owner.0,
+        token: req.token,
+    };
+    // Its own task: a request that times out or is dropped never stops a
+    // deletion halfway; shutdown waits for it like a turn.
+    let guard = state.turn_guard();
+    let handle = tokio::spawn(async move {
+        let _guard = guard;
+        svc.forget_me_confirm(&confirm).await
+    });
+    let done = handle
+        .await
+        .map_err(|_| ApiError::internal())?
+        .map_err(api_error)?;
+    Ok(Json(json!({
+        "deleted": counts_json(&done.counts),
+        "total": done.counts.deleted(),
+        "message": done.message,
+    })))
+}

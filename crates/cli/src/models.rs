@@ -308,12 +308,12 @@ fn status(settings: &Settings) -> anyhow::Result<()> {
             outln!("local embedding model: not installed")?;
             match &settings.embedding_model {
                 Some(m) => outln!(
-                    "  memory recall uses the OpenAI-compatible model {m}; the crisis gate's \
-                     semantic signal is off"
+                    "  memory recall uses the OpenAI-compatible model {m} (the crisis gate does \
+                     not need the local model)"
                 )?,
                 None => outln!(
-                    "  memory recall matches words only and the crisis gate's semantic signal \
-                     is off"
+                    "  memory recall matches words only (the crisis gate does not need the local \
+                     model)"
                 )?,
             }
             if let Some(d) = &settings.embedding_model_dir {
@@ -395,13 +395,13 @@ fn hint_text(found: bool, remote_embeddings: bool, silenced: bool) -> Option<&'s
         return None;
     }
     Some(if remote_embeddings {
-        "opencouch: the local embedding model is not installed, so the crisis gate's semantic \
-         signal is off (memory recall uses the configured embedding model); run `opencouch models \
-         install` to add it (about 90 MB)"
+        "opencouch: the local embedding model is not installed (memory recall uses the configured \
+         embedding model; the crisis gate does not need it); run `opencouch models install` to add \
+         it (about 90 MB)"
     } else {
         "opencouch: the local embedding model is not installed, so memory recall matches words \
-         only and the crisis gate's semantic signal is off; run `opencouch models install` to add \
-         it (about 90 MB)"
+         only (the crisis gate does not need it); run `opencouch models install` to add it (about \
+         90 MB)"
     })
 }
 
@@ -435,7 +435,7 @@ mod tests {
         for line in [plain, remote] {
             assert!(!line.contains('\n'), "{line}");
             assert!(line.contains("opencouch models install"), "{line}");
-            assert!(line.contains("semantic signal is off"), "{line}");
+            assert!(line.contains("crisis gate does not need it"), "{line}");
         }
         assert!(plain.contains("words only"));
         assert!(!remote.contains("words only"));

@@ -444,7 +444,6 @@ fn classify_rules(
     ctx: &Context,
     learned: &dyn Fn() -> Option<LearnedScore>,
 ) -> Classification {
-    let ctx = ctx;
     let a = &ctx.current;
     let mut families: Vec<&'static str> = Vec::new();
     for f in Family::ALL {
@@ -491,7 +490,7 @@ fn classify_rules(
     };
 
     // 1. Imminent.
-    if imminent_from(&ctx) {
+    if imminent_from(ctx) {
         let (reason, layer) = if a.risk.has(Family::Imminent) {
             (
                 "Imminent-risk language (plan, means, timing or final preparations) in the current message.",

@@ -33,7 +33,11 @@ fn spoof(text: &str, stride: usize, phase: usize) -> String {
                 return c;
             };
             n += 1;
-            if (n + phase) % stride == 0 { fake } else { c }
+            if (n + phase).is_multiple_of(stride) {
+                fake
+            } else {
+                c
+            }
         })
         .collect()
 }

@@ -408,6 +408,8 @@ pub fn classify_with(history: &[Message], message: &str, opts: GateOptions) -> C
     // asks the safety question instead.
     let anchored =
         ctx.current.grammar.risk_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
+    let long_enough = anchored
+        || ctx.current.own_text.split_whitespace().count() >= crate::learned::MIN_TOKENS_UNANCHORED;
     // Where the rules recognised an ordinary purpose (a dose on the label,
     // sport, cooking, a planned trip, an idiom) or a denial, the structure
     // they found beats a bag of n-grams: the learned layer stays out.
@@ -423,6 +425,7 @@ pub fn classify_with(history: &[Message], message: &str, opts: GateOptions) -> C
         && c.assessment.level < CrisisLevel::EXPLICIT
         && c.layer != Layer::SafetyAnswer
         && !benign
+        && long_enough
         && let Some(score) = learned()
         && let Ok(level) = CrisisLevel::new(if anchored {
             score.level

@@ -32,6 +32,13 @@ const SETTINGS: &str = include_str!("../data/learned_gate.toml");
 /// a sentence window this short is not scored on its own.
 pub const MIN_TOKENS: usize = 3;
 
+/// A message with no risk anchor (see `classify_with`) needs at least this
+/// many words before the layer may raise it: "ok i did it" or "ok i am
+/// ready" in the middle of an exercise read like "i did it" after a plan,
+/// and only the conversation, which the layer does not see, tells them
+/// apart.
+pub const MIN_TOKENS_UNANCHORED: usize = 6;
+
 /// Head names, in the order the trainer writes them.
 pub const HEADS: [&str; 2] = ["level_ge_1", "level_ge_2"];
 

@@ -29,8 +29,8 @@ use crate::reply::TurnStream;
 use crate::{EndSessionOutcome, Runtime, RuntimeError};
 
 pub use crate::thread_id::{
-    MAX_OWNER_CHARS, MAX_STORED_THREAD_ID_CHARS, MAX_THREAD_ID_CHARS, THREAD_ID_RULE,
-    scoped_thread_id, unscoped_thread_id, valid_thread_id,
+    MAX_OWNER_CHARS, MAX_STORED_THREAD_ID_CHARS, MAX_THREAD_ID_CHARS, MessageProblem,
+    THREAD_ID_RULE, message_problem, scoped_thread_id, unscoped_thread_id, valid_thread_id,
 };
 
 /// Export and forget-me (in `crate::owner_data`): their request, result

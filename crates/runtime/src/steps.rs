@@ -38,8 +38,8 @@ pub(crate) fn validate(limits: Limits, input: &AgentInput) -> Result<(), Runtime
             "thread_id is longer than 161 characters (an owner of at most 32 plus a thread id of at most 128)",
         ));
     }
-    if input.message.trim().is_empty() {
-        return Err(RuntimeError::InvalidInput("message must not be empty"));
+    if let Some(problem) = crate::thread_id::message_problem(&input.message) {
+        return Err(RuntimeError::InvalidInput(problem.describe()));
     }
     let max = limits.max_message_chars;
     if input.message.chars().count() > max {

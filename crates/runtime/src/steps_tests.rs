@@ -26,7 +26,7 @@ fn validate_table() {
         memory_mode: MemoryMode::Incognito,
     };
     let long_thread = "t".repeat(crate::thread_id::MAX_STORED_THREAD_ID_CHARS + 1);
-    let cases: [(&str, &str, MemoryMode, Option<&str>); 6] = [
+    let cases: [(&str, &str, MemoryMode, Option<&str>); 8] = [
         ("t1", "hello", MemoryMode::Incognito, None),
         (" ", "hello", MemoryMode::Incognito, Some("invalid_input")),
         (
@@ -36,6 +36,13 @@ fn validate_table() {
             Some("invalid_input"),
         ),
         ("t1", "  ", MemoryMode::Incognito, Some("invalid_input")),
+        (
+            "t1",
+            "\u{200B}\u{FEFF}",
+            MemoryMode::Incognito,
+            Some("invalid_input"),
+        ),
+        ("t1", "hi\0", MemoryMode::Incognito, Some("invalid_input")),
         (
             "t1",
             "hello world!",

@@ -115,11 +115,18 @@ impl AppState {
         req: ChatRequest,
     ) -> Result<(AgentInput, String), ApiError> {
         let thread = scoped_thread(owner, &req.thread_id)?;
-        if req.message.trim().is_empty() {
-            return Err(ApiError::bad_request(
-                "invalid_input",
-                "message must not be empty",
-            ));
+        match opencouch_runtime::service::message_problem(&req.message) {
+            Some(p @ opencouch_runtime::service::MessageProblem::Empty) => {
+                return Err(ApiError::bad_request("invalid_input", p.describe()));
+            }
+            Some(p @ opencouch_runtime::service::MessageProblem::Nul) => {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_input",
+                    p.describe(),
+                ));
+            }
+            None => {}
         }
         let max = self.limits().max_message_chars;
         if req.message.chars().count() > max {

@@ -219,6 +219,24 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
         ),
         (
             "/api/chat",
+            r#"{"message":"\u200b\ufeff \u2060","thread_id":"t"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"i feel\u0000 sad","thread_id":"t"}"#.into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+        ),
+        (
+            "/api/chat",
+            r#"{"message":"hi","thread_id":"abc\u202edcb"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_thread_id",
+        ),
+        (
+            "/api/chat",
             r#"{"message":"hi","thread_id":""}"#.into(),
             StatusCode::BAD_REQUEST,
             "invalid_thread_id",

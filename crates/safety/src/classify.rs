@@ -197,13 +197,13 @@ struct Context {
     prior_explicit: bool,
 }
 
-/// Whether an imminent analysis rests on more than the grammar's reading of
-/// an ordinary sentence: a phrase family said so too, or the speaker named
-/// an act, a means, a lethal place or death, or explicit ideation.
+/// Whether an imminent verdict was confirmed by more than the grammar: an
+/// imminent phrase family said so too. A grammar-only level 3 (a construct,
+/// or explicit ideation made imminent by a time or resolution word
+/// elsewhere in the message) carries forward only while the conversation
+/// stays on risk; the crisis episode it opened keeps the crisis path.
 fn imminent_is_anchored(a: &Analysis) -> bool {
     !a.grammar_only.has(Family::Imminent)
-        || a.grammar.risk_anchor
-        || (a.risk.has(Family::ClearSelfHarm) && !a.grammar_only.has(Family::ClearSelfHarm))
 }
 
 fn context(r: &Rules, history: &[Message], message: &str) -> Context {
@@ -290,7 +290,6 @@ fn stays_on_risk(a: &Analysis) -> bool {
     has_risk(a.risk)
         || a.risk.has(Family::Distress)
         || a.risk.has(Family::ImminentContinuation)
-        || a.risk.has(Family::Continuation)
         || a.grammar.risk_anchor
         || a.grammar.imminence_cue()
         || a.own_text.split_whitespace().count() <= 3

@@ -12,7 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use opencouch_core::MemoryMode;
 use opencouch_runtime::service::{ServiceError, TargetKind, unscoped_thread_id, valid_thread_id};
 use opencouch_store::FeedbackLabel;
@@ -21,8 +21,12 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{AuthMode, LOCAL_OWNER, bearer_token};
-use crate::chat::{Caller, public_output, scoped_thread, turn_events, user_store_down};
-pub use crate::chat::{ChatRequest, MAX_THREAD_ID_CHARS, Owner, Unverified, storage_thread_id};
+use crate::chat::{
+    Caller, over_rate_limit, public_output, scoped_thread, turn_events, user_store_down,
+};
+pub use crate::chat::{
+    ChatRequest, Limited, MAX_THREAD_ID_CHARS, Owner, Unverified, storage_thread_id,
+};
 use crate::error::{ApiError, parse_json, parse_required};
 
 /// The OpenAPI document, maintained by hand and checked by a test.
@@ -144,6 +148,27 @@ fn is_chat_route(path: &str) -> bool {
     matches!(path, "/api/chat" | "/api/chat/stream" | "/api/chat/ws")
 }
 
+/// The routes a caller over a rate limit may still reach, gate only (a
+/// WebSocket is a session of turns, not one message: it gets 429).
+fn is_single_turn_route(path: &str) -> bool {
+    matches!(path, "/api/chat" | "/api/chat/stream")
+}
+
+/// Over a limit: a single chat turn still reaches the crisis gate
+/// ([`Limited`]); any other request gets 429.
+async fn over_limit(
+    state: &AppState,
+    mut req: Request,
+    next: Next,
+    wait: std::time::Duration,
+) -> Response {
+    if is_single_turn_route(req.uri().path()) {
+        req.extensions_mut().insert(Limited(wait));
+        return next.run(req).await;
+    }
+    rate_limited(state, wait)
+}
+
 /// 429 with `Retry-After` (whole seconds, at least 1).
 fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
     state.metrics().rejected("rate_limited");
@@ -168,7 +193,7 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
             // before any token lookup.
             let client = crate::conn::client_key(&req);
             if let Err(wait) = state.unauthenticated().check(&client, now) {
-                return rate_limited(&state, wait);
+                return over_limit(&state, req, next, wait).await;
             }
             let token = bearer_token(req.headers()).map(str::to_owned);
             let verified = match token.as_deref() {
@@ -202,7 +227,7 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
         }
     };
     if let Err(wait) = state.rate().take(&owner, now) {
-        return rate_limited(&state, wait);
+        return over_limit(&state, req, next, wait).await;
     }
     req.extensions_mut().insert(Owner(owner));
     next.run(req).await
@@ -304,7 +329,7 @@ async fn chat(
     State(state): State<AppState>,
     caller: Caller,
     Body(body): Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
     let (input, client_thread) = state
         .caller_input(&caller, req)
@@ -312,6 +337,10 @@ async fn chat(
     let svc = state.service(input.memory_mode);
     let guard = state.turn_guard();
     let started = Instant::now();
+    let limited = match caller {
+        Caller::Limited(wait) => Some(wait),
+        _ => None,
+    };
     // The turn runs in its own task: a timed-out or dropped request never
     // leaves a turn half-written.
     let handle = tokio::spawn(async move {
@@ -319,13 +348,16 @@ async fn chat(
         match caller {
             Caller::Owner(_) => svc.run_turn(input).await,
             Caller::Unverified => svc.run_turn_without_storage(input, user_store_down()).await,
+            Caller::Limited(_) => svc.run_turn_without_storage(input, over_rate_limit()).await,
         }
     });
     match handle.await {
         Ok(Ok(output)) => {
             state.metrics().turn(&output, started.elapsed());
-            Ok(Json(public_output(&output, &client_thread)))
+            Ok(Json(public_output(&output, &client_thread)).into_response())
         }
+        // Over a limit and not a crisis: the 429 it would have had.
+        Ok(Err(_)) if limited.is_some() => Ok(rate_limited(&state, limited.unwrap_or_default())),
         Ok(Err(e)) => {
             state.metrics().turn_error(e.code());
             Err(e.into())
@@ -341,20 +373,52 @@ async fn chat_stream(
     State(state): State<AppState>,
     caller: Caller,
     Body(body): Body,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
     let (input, client_thread) = state
         .caller_input(&caller, req)
         .map_err(|e| reject(&state, e))?;
+    // Over a limit: the gate decides before any stream starts, so a
+    // non-crisis message still gets a plain 429.
+    if let Caller::Limited(wait) = caller {
+        let svc = state.service(input.memory_mode);
+        let guard = state.turn_guard();
+        let started = Instant::now();
+        let handle = tokio::spawn(async move {
+            let _guard = guard;
+            svc.run_turn_without_storage(input, over_rate_limit()).await
+        });
+        return match handle.await {
+            Ok(Ok(output)) => {
+                state.metrics().turn(&output, started.elapsed());
+                let out = public_output(&output, &client_thread);
+                let events = futures::stream::iter([
+                    json!({"type": "response_ready", "output": out.clone()}),
+                    json!({"type": "done", "output": out}),
+                ])
+                .map(|v| {
+                    let name = v["type"].as_str().unwrap_or("done").to_owned();
+                    Ok::<_, Infallible>(Event::default().event(name).data(v.to_string()))
+                });
+                Ok(Sse::new(events.boxed())
+                    .keep_alive(KeepAlive::default())
+                    .into_response())
+            }
+            Ok(Err(_)) => Ok(rate_limited(&state, wait)),
+            Err(_) => Err(ApiError::internal()),
+        };
+    }
     let events = turn_events(&state, &caller, input, client_thread).map(|v| {
         let name = v
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("error")
             .to_owned();
-        Ok(Event::default().event(name).data(v.to_string()))
+        Ok::<_, Infallible>(Event::default().event(name).data(v.to_string()))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 /// `GET /api/threads` query.

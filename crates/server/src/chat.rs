@@ -42,14 +42,25 @@ impl<S: Send + Sync> FromRequestParts<S> for Owner {
 #[derive(Debug, Clone, Copy)]
 pub struct Unverified;
 
+/// A chat request over a rate limit (the owner's, or the per-address limit
+/// for requests without a valid token). Limits never stand between a person
+/// and a crisis reply: the message still reaches the crisis gate (it costs
+/// microseconds), and a level ≥ 2 message gets the deterministic crisis reply
+/// with verified resources (`saved: false`: nothing is read or written);
+/// anything else gets 429 with `Retry-After` as before.
+#[derive(Debug, Clone, Copy)]
+pub struct Limited(pub std::time::Duration);
+
 /// Who sends a chat request: a verified owner, or (only while the user
-/// store is down) an [`Unverified`] caller.
+/// store is down) an [`Unverified`] caller, or a caller over a rate limit.
 #[derive(Debug, Clone)]
 pub enum Caller {
     /// A verified owner (or the local owner).
     Owner(Owner),
     /// A caller whose token could not be checked (user store down).
     Unverified,
+    /// A caller over a rate limit: gate only (see [`Limited`]).
+    Limited(std::time::Duration),
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -62,6 +73,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         if parts.extensions.get::<Unverified>().is_some() {
             return Ok(Caller::Unverified);
         }
+        if let Some(Limited(wait)) = parts.extensions.get::<Limited>() {
+            return Ok(Caller::Limited(*wait));
+        }
         Err(ApiError::unauthorized())
     }
 }
@@ -70,6 +84,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 /// real one is logged where it happened).
 pub(crate) fn user_store_down() -> opencouch_store::StoreError {
     opencouch_store::StoreError::Io(std::io::Error::other("the user store is unavailable"))
+}
+
+/// The store error handed to the runtime for a [`Limited`] caller: the turn
+/// may not touch storage (a crisis reply goes out unsaved).
+pub(crate) fn over_rate_limit() -> opencouch_store::StoreError {
+    opencouch_store::StoreError::Io(std::io::Error::other("over the rate limit"))
 }
 
 /// `POST /api/chat` and the WebSocket's first message.
@@ -162,7 +182,7 @@ impl AppState {
     ) -> Result<(AgentInput, String), ApiError> {
         match caller {
             Caller::Owner(owner) => self.chat_input(owner, req),
-            Caller::Unverified => {
+            Caller::Unverified | Caller::Limited(_) => {
                 let (mut input, client) = self.chat_input(&Owner("unverified".into()), req)?;
                 input.user_id = None;
                 Ok((input, client))

@@ -380,6 +380,67 @@ async fn rate_limit_is_per_owner() {
 }
 
 #[tokio::test]
+async fn a_crisis_message_over_the_rate_limit_still_gets_the_crisis_reply() {
+    let mut l = limits();
+    l.rate_limit_per_minute = 2;
+    let f = fixture_with(l).await;
+    chat(&f, &f.alice, "t1", "hello").await;
+    chat(&f, &f.alice, "t1", "hello again").await;
+    let body = |m: &str| json!({"message": m, "thread_id": "t1"}).to_string();
+    // An ordinary message over the limit: 429, nothing run.
+    let (status, v) = call(
+        &f.app,
+        POST,
+        "/api/chat",
+        Some(&f.alice),
+        Some(&body("and again")),
+    )
+    .await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited"))
+    );
+    // A crisis message over the limit: the crisis reply with verified
+    // resources, unsaved, on /api/chat and on the SSE route.
+    let crisis = body("i want to kill myself tonight");
+    let (status, v) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(&crisis)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["route"], "crisis", "{v}");
+    assert_eq!(v["saved"], false, "{v}");
+    assert!(
+        v["resources"].as_array().is_some_and(|r| !r.is_empty()),
+        "{v}"
+    );
+    assert_eq!(v["thread_id"], "t1");
+    let (status, v) = call(
+        &f.app,
+        POST,
+        "/api/chat/stream",
+        Some(&f.alice),
+        Some(&crisis),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let text = v.as_str().unwrap_or_default();
+    assert!(
+        text.contains("event: done") && text.contains("\"route\":\"crisis\""),
+        "{text}"
+    );
+    let (status, _) = call(
+        &f.app,
+        POST,
+        "/api/chat/stream",
+        Some(&f.alice),
+        Some(&body("and again")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // Other routes still get 429.
+    let (status, _) = call(&f.app, GET, "/api/threads", Some(&f.alice), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
 async fn chat_flow_threads_and_end_session() {
     let f = fixture().await;
     let v = chat(&f, &f.alice, "t1", "I feel a bit anxious about tomorrow").await;

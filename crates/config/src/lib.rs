@@ -137,6 +137,11 @@ pub struct Settings {
     /// (0 = unlimited); beyond it the address gets 429 before any token
     /// lookup.
     pub unauthenticated_rate_per_minute: u32,
+    /// Reverse proxies (addresses or CIDR networks, comma-separated in the
+    /// environment) whose `X-Forwarded-For` names the client for the
+    /// per-address limit; empty = the connecting address is the client.
+    #[serde(deserialize_with = "origin_list")]
+    pub trusted_proxies: Vec<String>,
     /// Separate address serving `/metrics` (unset = metrics are off).
     pub metrics_listen: Option<String>,
 }
@@ -170,6 +175,7 @@ impl Default for Settings {
             max_connections: 512,
             max_connections_per_ip: 64,
             unauthenticated_rate_per_minute: 30,
+            trusted_proxies: Vec::new(),
             metrics_listen: None,
         }
     }
@@ -205,6 +211,7 @@ impl fmt::Debug for Settings {
             max_connections,
             max_connections_per_ip,
             unauthenticated_rate_per_minute,
+            trusted_proxies,
             metrics_listen,
         } = self;
         f.debug_struct("Settings")
@@ -230,6 +237,7 @@ impl fmt::Debug for Settings {
             .field("rate_limit_per_minute", rate_limit_per_minute)
             .field("request_timeout_secs", request_timeout_secs)
             .field("allowed_origins", allowed_origins)
+            .field("trusted_proxies", trusted_proxies)
             .field("header_read_timeout_secs", header_read_timeout_secs)
             .field("max_connections", max_connections)
             .field("max_connections_per_ip", max_connections_per_ip)
@@ -391,6 +399,12 @@ impl Settings {
                     "each origin must look like https://host or http://host:port (no path, no wildcard)",
                 );
             }
+        }
+        if self.trusted_proxies.iter().any(|p| parse_net(p).is_none()) {
+            return bad(
+                "trusted_proxies",
+                "each entry must be an IP address or a network like 10.0.0.0/8 or fd00::/8",
+            );
         }
         if self.max_connections == 0 {
             return bad("max_connections", "must be greater than 0");
@@ -556,6 +570,14 @@ impl Settings {
                 self.unauthenticated_rate_per_minute.to_string(),
             ),
             (
+                "trusted_proxies",
+                if self.trusted_proxies.is_empty() {
+                    "(none: the connecting address is the client)".into()
+                } else {
+                    self.trusted_proxies.join(", ")
+                },
+            ),
+            (
                 "metrics_listen",
                 self.metrics_listen
                     .clone()
@@ -608,8 +630,24 @@ pub fn normalize_origin(origin: &str) -> Option<String> {
     }
 }
 
-/// `allowed_origins` from a list (TOML) or one comma-separated string (the
-/// environment); empty entries are dropped.
+/// An IP address or a CIDR network (`10.0.0.0/8`, `fd00::/8`, `127.0.0.1`)
+/// as the address and the prefix length.
+pub fn parse_net(s: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (addr, len) = match s.trim().split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s.trim(), None),
+    };
+    let ip: std::net::IpAddr = addr.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max)?,
+        None => max,
+    };
+    Some((ip, len))
+}
+
+/// `allowed_origins` (and `trusted_proxies`) from a list (TOML) or one
+/// comma-separated string (the environment); empty entries are dropped.
 fn origin_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -852,6 +890,26 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(forced.effective_mode(), RuntimeMode::Deterministic);
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_networks() {
+        let s = load(&[(
+            "OPENCOUCH_TRUSTED_PROXIES",
+            "127.0.0.1, 10.0.0.0/8,fd00::/8",
+        )])
+        .unwrap();
+        assert_eq!(s.trusted_proxies, ["127.0.0.1", "10.0.0.0/8", "fd00::/8"]);
+        assert!(load(&[]).unwrap().trusted_proxies.is_empty());
+        for bad in ["proxy.example", "10.0.0.0/33", "::/129", "10.0.0.1/x"] {
+            let err = load(&[("OPENCOUCH_TRUSTED_PROXIES", bad)]).unwrap_err();
+            assert!(err.to_string().contains("trusted_proxies"), "{bad}: {err}");
+        }
+        assert_eq!(
+            parse_net("10.1.2.3/8"),
+            Some(("10.1.2.3".parse().unwrap(), 8))
+        );
+        assert_eq!(parse_net("::1"), Some(("::1".parse().unwrap(), 128)));
     }
 
     #[test]

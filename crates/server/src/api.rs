@@ -191,7 +191,7 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
         AuthMode::Tokens(users) => {
             // Requests without a valid token are limited per client address
             // before any token lookup.
-            let client = crate::conn::client_key(&req);
+            let client = crate::conn::client_key(&req, &state.limits().trusted_proxies);
             if let Err(wait) = state.unauthenticated().check(&client, now) {
                 return over_limit(&state, req, next, wait).await;
             }

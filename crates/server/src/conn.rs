@@ -238,10 +238,64 @@ pub fn client_prefix(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Whether `ip` lies in the network `(net, len)`.
+pub fn in_network(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
+    match (ip.to_canonical(), net.to_canonical()) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let len = u32::from(len.min(32));
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let len = u32::from(len.min(128));
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+/// The client's address: the connecting address, unless that is a trusted
+/// reverse proxy, in which case the right-most `X-Forwarded-For` address
+/// that is not itself a trusted proxy (what the nearest untrusted hop
+/// said; addresses to its left can be forged by the client).
+pub fn client_addr<B>(req: &axum::http::Request<B>, trusted: &[(IpAddr, u8)]) -> Option<IpAddr> {
+    let peer = client_ip(req)?;
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|n| in_network(ip, *n));
+    if trusted.is_empty() || !is_trusted(peer) {
+        return Some(peer);
+    }
+    let mut hops: Vec<IpAddr> = Vec::new();
+    for value in req.headers().get_all("x-forwarded-for") {
+        let Ok(text) = value.to_str() else {
+            return Some(peer);
+        };
+        for part in text.split(',') {
+            match part.trim().parse::<IpAddr>() {
+                Ok(ip) => hops.push(ip),
+                Err(_) => return Some(peer),
+            }
+        }
+    }
+    Some(
+        hops.iter()
+            .rev()
+            .copied()
+            .find(|ip| !is_trusted(*ip))
+            .or_else(|| hops.first().copied())
+            .unwrap_or(peer),
+    )
+}
+
 /// The rate-limiter key of a request's client: `"unknown"` without a
-/// client address, else [`client_prefix`] (`2001:db8::/64` for IPv6).
-pub fn client_key<B>(req: &axum::http::Request<B>) -> String {
-    match client_ip(req).map(client_prefix) {
+/// client address, else [`client_prefix`] (`2001:db8::/64` for IPv6) of
+/// [`client_addr`].
+pub fn client_key<B>(req: &axum::http::Request<B>, trusted: &[(IpAddr, u8)]) -> String {
+    match client_addr(req, trusted).map(client_prefix) {
         None => "unknown".to_owned(),
         Some(ip @ IpAddr::V4(_)) => ip.to_string(),
         Some(ip @ IpAddr::V6(_)) => format!("{ip}/64"),
@@ -290,6 +344,66 @@ mod tests {
     }
 
     #[test]
+    fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
+        let trusted = [
+            ("127.0.0.1".parse().unwrap(), 32),
+            ("10.0.0.0".parse().unwrap(), 8),
+        ];
+        let req = |peer: &str, xff: &[&str]| {
+            let mut r = axum::http::Request::new(());
+            r.extensions_mut()
+                .insert(ConnectInfo(SocketAddr::new(peer.parse().unwrap(), 4000)));
+            for v in xff {
+                r.headers_mut()
+                    .append("x-forwarded-for", v.parse().unwrap());
+            }
+            r
+        };
+        // Behind the proxy: the right-most untrusted hop.
+        assert_eq!(
+            client_key(&req("127.0.0.1", &["203.0.113.9"]), &trusted),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_key(
+                &req("127.0.0.1", &["198.51.100.1, 203.0.113.9, 10.1.2.3"]),
+                &trusted
+            ),
+            "203.0.113.9",
+            "a forged left-most entry is ignored"
+        );
+        assert_eq!(
+            client_key(
+                &req("127.0.0.1", &["198.51.100.1", "203.0.113.9"]),
+                &trusted
+            ),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_key(&req("127.0.0.1", &["2001:db8:1:2::5"]), &trusted),
+            "2001:db8:1:2::/64"
+        );
+        // Not behind a trusted proxy, or no settings: the header is ignored.
+        assert_eq!(
+            client_key(&req("192.0.2.7", &["203.0.113.9"]), &trusted),
+            "192.0.2.7"
+        );
+        assert_eq!(
+            client_key(&req("127.0.0.1", &["203.0.113.9"]), &[]),
+            "127.0.0.1"
+        );
+        // Garbage or an empty header: the proxy's own address.
+        assert_eq!(
+            client_key(&req("127.0.0.1", &["nonsense"]), &trusted),
+            "127.0.0.1"
+        );
+        assert_eq!(client_key(&req("127.0.0.1", &[]), &trusted), "127.0.0.1");
+        assert!(in_network("10.200.0.1".parse().unwrap(), trusted[1]));
+        assert!(!in_network("11.0.0.1".parse().unwrap(), trusted[1]));
+        assert!(in_network("::ffff:10.0.0.1".parse().unwrap(), trusted[1]));
+    }
+
+    #[test]
     fn client_prefixes_are_v4_addresses_and_v6_slash_64s() {
         for (ip, want) in [
             ("10.0.0.1", "10.0.0.1"),
@@ -308,9 +422,12 @@ mod tests {
                 .insert(ConnectInfo(SocketAddr::new(v6(ip), 4000)));
             r
         };
-        assert_eq!(client_key(&req("2001:db8:1:2::7")), "2001:db8:1:2::/64");
-        assert_eq!(client_key(&req("::ffff:10.0.0.1")), "10.0.0.1");
-        assert_eq!(client_key(&axum::http::Request::new(())), "unknown");
+        assert_eq!(
+            client_key(&req("2001:db8:1:2::7"), &[]),
+            "2001:db8:1:2::/64"
+        );
+        assert_eq!(client_key(&req("::ffff:10.0.0.1"), &[]), "10.0.0.1");
+        assert_eq!(client_key(&axum::http::Request::new(()), &[]), "unknown");
     }
 
     #[test]

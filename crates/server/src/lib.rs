@@ -55,6 +55,9 @@ pub struct Limits {
     /// Browser origins allowed besides the server's own, normalized
     /// (`scheme://host[:port]`).
     pub allowed_origins: Vec<String>,
+    /// Reverse proxies (address, prefix length) whose `X-Forwarded-For`
+    /// names the client for the per-address limit.
+    pub trusted_proxies: Vec<(std::net::IpAddr, u8)>,
     /// Header-read timeout and connection caps.
     pub connections: ConnLimits,
 }
@@ -73,6 +76,11 @@ impl Limits {
                 .allowed_origins
                 .iter()
                 .filter_map(|o| opencouch_config::normalize_origin(o))
+                .collect(),
+            trusted_proxies: s
+                .trusted_proxies
+                .iter()
+                .filter_map(|p| opencouch_config::parse_net(p))
                 .collect(),
             connections: ConnLimits {
                 header_read_timeout: Duration::from_secs(s.header_read_timeout_secs.max(1)),

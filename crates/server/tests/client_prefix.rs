@@ -58,3 +58,63 @@ async fn addresses_of_one_slash_64_share_the_unauthenticated_limit() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+async fn via_proxy(app: &Router, forwarded_for: &str) -> StatusCode {
+    let mut req = Request::get("/api/threads")
+        .header("authorization", "Bearer not-a-token")
+        .header("x-forwarded-for", forwarded_for)
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::new([127, 0, 0, 1].into(), 40_000)));
+    app.clone().oneshot(req).await.unwrap().status()
+}
+
+/// Behind a trusted reverse proxy (`OPENCOUCH_TRUSTED_PROXIES`), every
+/// client arrives from the proxy's address: the per-address limit keys each
+/// by `X-Forwarded-For` instead, so one noisy client does not exhaust
+/// everyone's budget. Without the setting the header is ignored.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
+    let trusted = common::fixture_with(Limits {
+        unauthenticated_rate_per_minute: 2,
+        trusted_proxies: vec![("127.0.0.1".parse().unwrap(), 32)],
+        ..common::limits()
+    })
+    .await;
+    for _ in 0..2 {
+        assert_eq!(
+            via_proxy(&trusted.app, "203.0.113.1").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        via_proxy(&trusted.app, "203.0.113.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Another client behind the same proxy, and a forged left-most entry.
+    assert_eq!(
+        via_proxy(&trusted.app, "203.0.113.2").await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        via_proxy(&trusted.app, "198.51.100.9, 203.0.113.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    let untrusted = common::fixture_with(Limits {
+        unauthenticated_rate_per_minute: 2,
+        ..common::limits()
+    })
+    .await;
+    for _ in 0..2 {
+        assert_eq!(
+            via_proxy(&untrusted.app, "203.0.113.1").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        via_proxy(&untrusted.app, "203.0.113.2").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

@@ -41,15 +41,37 @@ pub(crate) async fn chat_ws(
     State(state): State<AppState>,
     caller: Caller,
     slot: Option<Extension<ConnSlot>>,
+    headers: axum::http::HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
     let limit = state.limits().body_limit_bytes;
+    // Kept to check again when the request arrives: a token revoked while
+    // the connection sat open must not run a turn.
+    let token = crate::auth::bearer_token(&headers).map(str::to_owned);
     ws.max_message_size(limit)
         .on_upgrade(move |socket| async move {
             // The upgraded connection keeps its place under the connection caps.
             let _slot = slot;
-            session(state, caller, socket).await;
+            session(state, caller, token, socket).await;
         })
+}
+
+/// Whether a verified caller's token was revoked since the upgrade. A store
+/// failure does not count as revoked (the turn then runs as before; a crisis
+/// reply never waits on the user store).
+async fn revoked_since_upgrade(state: &AppState, caller: &Caller, token: Option<&str>) -> bool {
+    let (crate::auth::AuthMode::Tokens(users), Caller::Owner(_), Some(token)) =
+        (state.auth(), caller, token)
+    else {
+        return false;
+    };
+    matches!(
+        state
+            .tokens()
+            .verify(users, token, std::time::Instant::now())
+            .await,
+        Ok(None)
+    )
 }
 
 type Tx = SplitSink<WebSocket, Message>;
@@ -115,7 +137,7 @@ async fn fail(tx: &mut Tx, e: AxumError) {
     }
 }
 
-async fn session(state: AppState, caller: Caller, socket: WebSocket) {
+async fn session(state: AppState, caller: Caller, token: Option<String>, socket: WebSocket) {
     let (mut tx, mut rx) = socket.split();
     // The first text message is the request; pings before it are answered
     // (tungstenite queues the pong and sends it on the next read).
@@ -160,6 +182,13 @@ async fn session(state: AppState, caller: Caller, socket: WebSocket) {
             }
         }
     };
+    if revoked_since_upgrade(&state, &caller, token.as_deref()).await {
+        let e = ApiError::unauthorized();
+        state.metrics().rejected("unauthorized");
+        let _ = send(&mut tx, &error_event(&e)).await;
+        close(&mut tx, &mut rx, close_code::POLICY, "token revoked").await;
+        return;
+    }
     let parsed = parse_required::<ChatRequest>(text.as_bytes())
         .and_then(|req| state.caller_input(&caller, req));
     let (input, client_thread) = match parsed {

@@ -594,6 +594,43 @@ async fn next_msg(ws: &mut Ws) -> Option<Message> {
         .map(Result::unwrap)
 }
 
+/// A WebSocket opened before `opencouch users revoke` runs no turn: the
+/// token is checked again when the chat request arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_opened_before_a_revocation_runs_no_turn() {
+    let (state, users, alice) = token_state(common::limits()).await;
+    let stores = state.service(opencouch_core::MemoryMode::Persistent);
+    let addr = start(state).await;
+    let mut req = format!("ws://{addr}/api/chat/ws")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("Authorization", format!("Bearer {alice}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    users.revoke("alice", chrono::Utc::now()).await.unwrap();
+    ws.send(Message::Text(chat("hello", "revoked").into()))
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    let mut closed = None;
+    while let Some(m) = next_msg(&mut ws).await {
+        match m {
+            Message::Text(t) => events.push(serde_json::from_str::<Value>(&t).unwrap()),
+            Message::Close(c) => {
+                closed = c;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "error");
+    assert_eq!(events[0]["code"], "unauthorized");
+    assert_eq!(closed.map(|c| u16::from(c.code)), Some(1008));
+    let page = stores.threads(None, 10, None).await.unwrap();
+    assert!(page.threads.is_empty(), "nothing was saved");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_before_the_first_message_is_answered() {
     let addr = start(local_state(common::limits())).await;

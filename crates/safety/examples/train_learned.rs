@@ -2,9 +2,12 @@
 //! writes `data/learned_gate.bin` and `data/learned_gate.toml`.
 //!
 //! ```sh
-//! python3 crates/safety/training/generate_corpus.py   # corpus.jsonl
 //! cargo run -p opencouch-safety --example train_learned --release
 //! ```
+//!
+//! The corpus (`training/corpus.jsonl`, not kept in git) is generated first
+//! by `python3 training/generate_corpus.py` when it is missing; a path given
+//! as the first argument is read instead.
 //!
 //! The corpus is split by a hash of each row's id: 85 % trains, 15 % is
 //! held out to choose the thresholds (to 2 at the lowest probability whose
@@ -73,6 +76,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let corpus_path = std::env::args()
         .nth(1)
         .map_or_else(|| root.join("training/corpus.jsonl"), PathBuf::from);
+    if !corpus_path.exists() && std::env::args().nth(1).is_none() {
+        let status = std::process::Command::new("python3")
+            .arg(root.join("training/generate_corpus.py"))
+            .status()?;
+        if !status.success() {
+            return Err("training/generate_corpus.py failed".into());
+        }
+    }
     let corpus = std::fs::read_to_string(&corpus_path).map_err(|e| {
         format!(
             "{}: {e} (run training/generate_corpus.py first)",

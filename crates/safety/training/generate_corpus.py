@@ -2,6 +2,10 @@
 """Generate the training corpus for the OpenCouch crisis-gate text classifier.
 
 Usage:  python3 generate_corpus.py            (writes corpus.jsonl next to this file)
+        python3 generate_corpus.py --out PATH (writes PATH; SOURCES.md is left alone)
+
+corpus.jsonl is not kept in git (it is large and fully determined by this
+script and data/): the trainer and the safety crate's tests regenerate it.
 
 Python 3.11, standard library only, deterministic (fixed seed).
 
@@ -720,15 +724,21 @@ def update_sources_md(s: dict) -> None:
 
 
 def main() -> None:
+    out = OUT
+    if len(sys.argv) == 3 and sys.argv[1] == "--out":
+        out = Path(sys.argv[2])
+    elif len(sys.argv) != 1:
+        sys.exit("usage: generate_corpus.py [--out PATH]")
     rows = build()
-    with OUT.open("w", encoding="utf-8") as f:
+    with out.open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")},
                                ensure_ascii=False) + "\n")
     s = summarise(rows)
-    update_sources_md(s)
+    if out == OUT:
+        update_sources_md(s)
     print(render_counts(s))
-    print(f"\nwrote {len(rows)} rows to {OUT}")
+    print(f"\nwrote {len(rows)} rows to {out}")
 
 
 if __name__ == "__main__":

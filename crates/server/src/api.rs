@@ -3,9 +3,7 @@
 use std::convert::Infallible;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -233,52 +231,7 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
     next.run(req).await
 }
 
-/// A raw JSON request body (size-limited, sent as `application/json`);
-/// parsed by the handler.
-pub struct Body(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for Body {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let declared = req.headers().contains_key(header::CONTENT_TYPE);
-        if declared {
-            crate::guard::require_json(req.headers(), false)?;
-        }
-        let headers = req.headers().clone();
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
-            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    "the request body is too large",
-                )
-            } else {
-                ApiError::bad_request("bad_body", "the request body could not be read")
-            }
-        })?;
-        if !declared {
-            crate::guard::require_json(&headers, bytes.is_empty())?;
-        }
-        Ok(Body(bytes))
-    }
-}
-
-/// Query parameters with `{code, message}` errors.
-pub struct Params<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Params<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(q)| Params(q))
-            .map_err(|_| {
-                ApiError::bad_request("invalid_query", "the query parameters are not valid")
-            })
-    }
-}
+pub use crate::extract::{Body, Params};
 
 fn reject(state: &AppState, e: ApiError) -> ApiError {
     state.metrics().rejected(e.code);

@@ -11,6 +11,7 @@ pub mod auth;
 mod chat;
 pub mod conn;
 pub mod error;
+mod extract;
 pub mod guard;
 pub mod incognito;
 pub mod metrics;

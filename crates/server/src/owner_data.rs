@@ -14,8 +14,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{Body, Owner, Params};
+use crate::chat::Owner;
 use crate::error::{ApiError, parse_json, parse_required};
+use crate::extract::{Body, Params};
 
 /// `GET /api/export` query.
 #[derive(Debug, Default, Deserialize)]

@@ -496,7 +496,7 @@ fn progress(
 }
 
 /// `opencouch-export-OWNER-DAY.EXT` with the owner reduced to a safe name.
-fn filename(owner: &str, at: DateTime<Utc>, format: ExportFormat) -> String {
+pub(super) fn filename(owner: &str, at: DateTime<Utc>, format: ExportFormat) -> String {
     let mut slug: String = owner
         .chars()
         .map(|c| {
@@ -599,35 +599,6 @@ impl Service {
             moods,
             exercises,
             feedback,
-        })
-    }
-
-    /// Everything kept for the request's owner, rendered in its format
-    /// with a media type and a file name.
-    ///
-    /// # Errors
-    /// As [`Service::export_document`].
-    pub async fn export(&self, req: &ExportRequest) -> Result<ExportFile, OwnerDataError> {
-        let doc = self.export_document(&req.owner).await?;
-        let body = match req.format {
-            ExportFormat::Json => {
-                let mut text =
-                    serde_json::to_string_pretty(&doc).map_err(|_| OwnerDataError::Encode)?;
-                text.push('\n');
-                text
-            }
-            ExportFormat::Markdown => super::markdown::render(&doc),
-        };
-        tracing::info!(
-            threads = doc.threads.len(),
-            format = req.format.extension(),
-            "export made"
-        );
-        Ok(ExportFile {
-            format: req.format,
-            media_type: req.format.media_type(),
-            filename: filename(&req.owner, doc.exported_at, req.format),
-            body,
         })
     }
 }

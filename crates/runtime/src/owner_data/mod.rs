@@ -102,6 +102,39 @@ fn check_owner(owner: &str) -> Result<(), OwnerDataError> {
     Ok(())
 }
 
+/// Rendering sits here, above both the document (`export`) and its Markdown
+/// form (`markdown`), so neither module imports the other's caller.
+impl crate::Service {
+    /// Everything kept for the request's owner, rendered in its format
+    /// with a media type and a file name.
+    ///
+    /// # Errors
+    /// As [`crate::Service::export_document`].
+    pub async fn export(&self, req: &ExportRequest) -> Result<ExportFile, OwnerDataError> {
+        let doc = self.export_document(&req.owner).await?;
+        let body = match req.format {
+            ExportFormat::Json => {
+                let mut text =
+                    serde_json::to_string_pretty(&doc).map_err(|_| OwnerDataError::Encode)?;
+                text.push('\n');
+                text
+            }
+            ExportFormat::Markdown => markdown::render(&doc),
+        };
+        tracing::info!(
+            threads = doc.threads.len(),
+            format = req.format.extension(),
+            "export made"
+        );
+        Ok(ExportFile {
+            format: req.format,
+            media_type: req.format.media_type(),
+            filename: export::filename(&req.owner, doc.exported_at, req.format),
+            body,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

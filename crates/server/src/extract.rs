@@ -1,0 +1,56 @@
+//! Request extractors with the API's `{code, message}` errors, shared by
+//! every handler module (the router in `api.rs` and the modules it mounts).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+
+use crate::error::ApiError;
+
+/// A raw JSON request body (size-limited, sent as `application/json`);
+/// parsed by the handler.
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let declared = req.headers().contains_key(header::CONTENT_TYPE);
+        if declared {
+            crate::guard::require_json(req.headers(), false)?;
+        }
+        let headers = req.headers().clone();
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "the request body is too large",
+                )
+            } else {
+                ApiError::bad_request("bad_body", "the request body could not be read")
+            }
+        })?;
+        if !declared {
+            crate::guard::require_json(&headers, bytes.is_empty())?;
+        }
+        Ok(Body(bytes))
+    }
+}
+
+/// Query parameters with `{code, message}` errors.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Params(q))
+            .map_err(|_| {
+                ApiError::bad_request("invalid_query", "the query parameters are not valid")
+            })
+    }
+}

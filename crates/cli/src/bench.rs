@@ -1,7 +1,7 @@
 //! `opencouch bench turns`: per-turn overhead of the runtime, in process.
 //!
-//! One process runs N real turns through the service API (`Runtime` →
-//! `service()` → `run_turn`), built from the normal settings (so hybrid mode
+//! One process runs N real turns through the service API (a [`Host`] →
+//! `service()` → `turn`), built from the normal settings (so hybrid mode
 //! talks to `OPENAI_BASE_URL`), as C concurrent conversations, each running
 //! its share of the turns one after another on its own thread id. It prints
 //! turns/s, wall latency percentiles, its own CPU per turn (getrusage
@@ -22,9 +22,8 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use opencouch_config::Settings;
-use opencouch_core::{AgentInput, AgentOutput, Channel, MemoryMode, RuntimeMode};
-use opencouch_runtime::{Runtime, RuntimeOptions, Service};
-use opencouch_store::{EphemeralStores, Stores};
+use opencouch_core::{AgentOutput, Channel, MemoryMode, RuntimeMode};
+use opencouch_runtime::service::{Caller, Host, Service, StartOptions, TurnRequest};
 use serde_json::{Value, json};
 
 use crate::out::outln;
@@ -155,6 +154,7 @@ pub async fn run(
 /// The runtime of a run, plus the temporary directory its SQLite file lives
 /// in (removed when dropped).
 struct Built {
+    _host: Host,
     service: Service,
     memory_mode: MemoryMode,
     store_label: String,
@@ -174,9 +174,9 @@ fn memory_mode_of(args: &TurnsArgs) -> anyhow::Result<MemoryMode> {
     }
 }
 
-/// Builds the runtime the way `Runtime::from_settings` does (options,
-/// model client, stores, then the local model for the semantic signal and
-/// memory retrieval), on the store the flags ask for.
+/// Starts the host the way `opencouch serve` does (options, model client,
+/// stores, the local model for memory retrieval), on the store the flags
+/// ask for.
 async fn build(
     args: &TurnsArgs,
     mut settings: Settings,
@@ -215,46 +215,29 @@ async fn build(
             }
         }
     }
-    let opts = RuntimeOptions::from_settings(&settings);
-    let model = opencouch_runtime::model_from_settings(&settings)?;
-    let runtime = match (memory_mode, args.store) {
-        (MemoryMode::Incognito, _) => Runtime::incognito(EphemeralStores::new(), model, opts),
-        (MemoryMode::Persistent, StoreKind::Memory) => {
-            Runtime::persistent(Stores::in_memory(), model, opts)
-        }
-        (MemoryMode::Persistent, _) => Runtime::persistent(
-            opencouch_runtime::open_stores(&settings).await?,
-            model,
-            opts,
-        ),
-    };
-    let runtime = with_local_model(runtime, &settings, args.semantic);
+    // The host the product starts, on the store the flags ask for; its
+    // sweepers stay off (they would add work the peer does not do).
+    let host = Host::start_with(
+        &settings,
+        StartOptions {
+            in_memory: args.store == StoreKind::Memory,
+            semantic_signal: args.semantic == SemanticSwitch::Auto,
+            background: false,
+        },
+    )
+    .await?;
     let store_label = match args.store {
         StoreKind::Sqlite => format!("sqlite ({})", settings.sqlite_path().display()),
         StoreKind::Postgres => "postgres".to_owned(),
         StoreKind::Memory => "memory".to_owned(),
     };
     Ok(Built {
-        service: runtime.service(),
+        service: host.service(),
+        _host: host,
         memory_mode,
         store_label,
         _tmp: tmp,
     })
-}
-
-/// The semantic signal (the learned layer, unless `--semantic off`) and the
-/// memory embedder that `Runtime::from_settings` attaches (the local model
-/// loads on the first turn that retrieves; incognito never embeds).
-fn with_local_model(runtime: Runtime, settings: &Settings, semantic: SemanticSwitch) -> Runtime {
-    let embedder = match runtime.memory_mode() {
-        MemoryMode::Incognito => None,
-        MemoryMode::Persistent => opencouch_runtime::memory::embedder_from_settings(settings),
-    };
-    let runtime = match embedder {
-        Some(e) => runtime.with_embedder(e),
-        None => runtime,
-    };
-    runtime.with_semantic(semantic == SemanticSwitch::Auto)
 }
 
 /// Why a turn's output does not count.
@@ -340,10 +323,9 @@ async fn one_turn(
     thread: &str,
     message: &str,
 ) -> Result<(), String> {
-    let mut input = AgentInput::new(thread, message);
-    input.channel = Channel::Test;
-    input.memory_mode = memory_mode;
-    match service.run_turn(input).await {
+    let req =
+        TurnRequest::new(Caller::local(None), thread, message, Channel::Test).in_mode(memory_mode);
+    match service.turn(req).await {
         Ok(out) => check_turn(mode, &out),
         Err(e) => Err(format!(
             "the turn failed with error code `{}`: {e}",

@@ -12,13 +12,12 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use opencouch_config::Settings;
-use opencouch_core::{
-    AgentInput, AgentOutput, Channel, MemoryMode, ResponseType, RuntimeMode, StreamEvent,
+use opencouch_core::{Channel, MemoryMode, RuntimeMode};
+use opencouch_runtime::service::kit::{self, Show, TurnView};
+use opencouch_runtime::service::{
+    Caller, EndSessionOutcome, EndedVia, Feedback, GUEST_MODE_REPLY, Host, SemanticStatus, Service,
+    TargetKind, TurnRequest,
 };
-use opencouch_runtime::semantic::SemanticStatus;
-use opencouch_runtime::service::TargetKind;
-use opencouch_runtime::{EndSessionOutcome, Runtime, Service};
-use opencouch_store::{FeedbackLabel, FeedbackSource};
 
 use crate::out::{out, outln};
 
@@ -55,14 +54,14 @@ Commands:
   /exit                 leave (the conversation is kept unless incognito)
 Anything else is sent to OpenCouch. If you are in danger, call your local emergency number.";
 
-/// Shown once under a reply that could not be saved (storage failed; only a
-/// crisis reply is delivered in that case).
-const NOT_SAVED: &str = "This conversation couldn't be saved right now.";
-
 struct Session {
     settings: Settings,
-    /// The runtime's service API: everything chat does goes through it.
+    /// The host this run started (stopped gracefully at the end).
+    host: Host,
+    /// The host's service API: everything chat does goes through it.
     service: Service,
+    /// The memory mode of this run's turns.
+    memory_mode: MemoryMode,
     thread: String,
     user: Option<String>,
     json: bool,
@@ -71,82 +70,70 @@ struct Session {
 }
 
 impl Session {
-    fn input(&self, message: String) -> AgentInput {
-        let mut input = AgentInput::new(self.thread.clone(), message);
-        input.user_id = self.user.clone();
-        input.channel = Channel::Test;
-        input.memory_mode = self.service.memory_mode();
-        input
+    fn caller(&self) -> Caller {
+        Caller::local(self.user.clone())
+    }
+
+    fn request(&self, message: String) -> TurnRequest {
+        TurnRequest::new(self.caller(), self.thread.clone(), message, Channel::Test)
+            .in_mode(self.memory_mode)
     }
 
     async fn send(&mut self, message: String) -> anyhow::Result<()> {
-        let input = self.input(message);
+        let req = self.request(message);
         self.turns += 1;
         if self.json {
-            let out = self.service.run_turn(input).await?;
+            let out = self.service.turn(req).await?;
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "{}", serde_json::to_string(&out)?)
                 .and_then(|()| stdout.flush())
                 .map_err(|e| anyhow::Error::new(e).context("could not write the turn output"))?;
             return Ok(());
         }
-        let mut events = Box::pin(self.service.stream_turn(input));
-        let mut streamed = false;
-        let mut status_shown = false;
+        let mut events = self.service.stream(req)?;
+        // The channel kit folds the events into what a text channel shows.
+        let mut view = TurnView::new();
+        let mut status_up = false;
         while let Some(event) = events.next().await {
-            match event {
-                StreamEvent::Status { detail, .. } if self.interactive => {
-                    eprint!("\r\x1b[2K\x1b[2m· {detail}…\x1b[0m");
-                    status_shown = true;
+            for show in view.push(event) {
+                if status_up && !matches!(show, Show::Status { .. }) {
+                    eprint!("\r\x1b[2K");
+                    status_up = false;
                 }
-                StreamEvent::Status { .. } => {}
-                StreamEvent::Chunk { text } => {
-                    if status_shown {
-                        eprint!("\r\x1b[2K");
-                        status_shown = false;
+                match show {
+                    Show::Status { line, .. } => {
+                        if self.interactive {
+                            eprint!("\r\x1b[2K\x1b[2m· {line}\x1b[0m");
+                            status_up = true;
+                        }
                     }
-                    // Crisis replies are shown whole, in a panel, at response_ready.
-                    if !streamed {
-                        streamed = true;
-                        out!("\nopencouch › ")?;
-                    }
-                    out!("{text}")?;
-                }
-                // A streamed reply was replaced (the model failed midway):
-                // say so; the replacement follows as a new reply line.
-                StreamEvent::Reset => {
-                    if streamed {
+                    Show::ReplyStart => out!("\nopencouch › ")?,
+                    Show::Text(text) => out!("{text}")?,
+                    // A streamed reply was replaced (the model failed midway):
+                    // say so; the replacement follows as a new reply line.
+                    Show::Reset => {
                         outln!()?;
-                        outln!("(that reply was interrupted; here is the full reply)")?;
-                        streamed = false;
+                        outln!("{}", kit::RESET_NOTICE)?;
                     }
-                }
-                StreamEvent::ResponseReady { .. } => {}
-                StreamEvent::Done { output } => {
-                    if status_shown {
-                        eprint!("\r\x1b[2K");
-                    }
-                    if output.response_type == ResponseType::Crisis {
-                        if streamed {
+                    Show::Final(reply) => {
+                        if reply.crisis {
+                            // Crisis replies are shown whole, in a panel.
+                            if reply.streamed {
+                                outln!()?;
+                            }
+                            print_crisis_panel(&reply.text)?;
+                        } else if !reply.streamed {
+                            outln!("\nopencouch › {}", reply.text)?;
+                        } else {
                             outln!()?;
                         }
-                        print_crisis_panel(&output)?;
-                    } else if !streamed {
-                        outln!("\nopencouch › {}", output.response_text)?;
-                    } else {
+                        if let Some(notice) = reply.notice() {
+                            // A crisis reply arrives even when storage fails.
+                            outln!("{notice}")?;
+                        }
                         outln!()?;
                     }
-                    if !output.saved {
-                        // A crisis reply arrives even when storage fails.
-                        outln!("{NOT_SAVED}")?;
-                    }
-                    outln!()?;
-                }
-                StreamEvent::Error { message, .. } => {
-                    if status_shown {
-                        eprint!("\r\x1b[2K");
-                    }
-                    eprintln!("opencouch: {message}");
+                    Show::Failed { message, .. } => eprintln!("opencouch: {message}"),
                 }
             }
         }
@@ -155,12 +142,18 @@ impl Session {
 
     async fn end(
         &mut self,
-        feedback: Option<FeedbackLabel>,
-        source: FeedbackSource,
+        feedback: Option<Feedback>,
+        via: EndedVia,
     ) -> anyhow::Result<EndSessionOutcome> {
         let outcome = self
             .service
-            .end_session(&self.thread, self.user.as_deref(), feedback, source)
+            .end_session(
+                &self.caller(),
+                &self.thread,
+                self.memory_mode,
+                feedback,
+                via,
+            )
             .await?;
         Ok(outcome)
     }
@@ -175,13 +168,13 @@ fn semantic_status_line(status: Option<SemanticStatus>) -> String {
     }
 }
 
-fn print_crisis_panel(output: &AgentOutput) -> std::io::Result<()> {
+fn print_crisis_panel(text: &str) -> std::io::Result<()> {
     let width = 72;
     let bar = "━".repeat(width);
     outln!("\x1b[1;31m┏{bar}┓\x1b[0m")?;
     outln!("\x1b[1;31m┃\x1b[0m \x1b[1mYou deserve support right now\x1b[0m")?;
     outln!("\x1b[1;31m┃\x1b[0m")?;
-    for line in output.response_text.lines() {
+    for line in text.lines() {
         outln!("\x1b[1;31m┃\x1b[0m {line}")?;
     }
     outln!("\x1b[1;31m┗{bar}┛\x1b[0m")
@@ -202,10 +195,10 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
         settings.memory_mode
     };
     crate::memory_cmd::remove_legacy_history(&settings);
-    let service = Runtime::from_settings(&settings, memory_mode)
+    let host = Host::start(&settings)
         .await
-        .context("could not start the runtime")?
-        .service();
+        .context("could not start the service")?;
+    let service = host.service();
     let interactive = std::io::stdin().is_terminal() && !args.json;
     if interactive {
         crate::models::print_missing_model_hint(&settings);
@@ -216,18 +209,23 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
         .unwrap_or_else(|| default_thread(args.user.as_deref()));
     let mut session = Session {
         settings,
+        host,
         service,
+        memory_mode,
         thread,
         user: args.user.clone(),
         json: args.json,
         interactive,
         turns: 0,
     };
-    if interactive {
+    let result = if interactive {
         run_interactive(&mut session).await
     } else {
         run_piped(&mut session).await
-    }
+    };
+    // Lets a running crisis turn finish and memory extraction land.
+    session.host.shutdown().await;
+    result
 }
 
 async fn run_piped(session: &mut Session) -> anyhow::Result<()> {
@@ -251,7 +249,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
     outln!(
         "Thread {} · {} · {} mode. Type /help for commands.\n",
         session.thread,
-        session.service.memory_mode(),
+        session.memory_mode,
         session.service.mode()
     )?;
     loop {
@@ -266,7 +264,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
         if text.is_empty() {
             continue;
         }
-        if session.service.memory_mode() == MemoryMode::Persistent {
+        if session.memory_mode == MemoryMode::Persistent {
             let _ = editor.add_history_entry(&text);
         }
         if let Some(cmd) = text.strip_prefix('/') {
@@ -284,9 +282,12 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                             .clone()
                             .unwrap_or_else(|| format!("{} (thread-scoped)", session.thread))
                     )?;
-                    outln!("memory       {}", session.service.memory_mode())?;
+                    outln!("memory       {}", session.memory_mode)?;
                     outln!("mode         {}", session.service.mode())?;
-                    outln!("storage      {}", session.service.storage_label())?;
+                    outln!(
+                        "storage      {}",
+                        session.service.storage_label(session.memory_mode)
+                    )?;
                     outln!(
                         "crisis gate  deterministic layers{}{}",
                         semantic_status_line(session.service.semantic_status()),
@@ -300,7 +301,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                 }
                 "end" => {
                     let feedback = ask_feedback(&mut editor);
-                    match session.end(feedback, FeedbackSource::CliEnd).await {
+                    match session.end(feedback, EndedVia::Terminal).await {
                         Ok(outcome) => print_end(&outcome)?,
                         Err(e) => eprintln!("opencouch: could not end the session: {e:#}"),
                     }
@@ -320,13 +321,10 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                     outln!()?;
                 }
                 "incognito" => {
-                    if session.service.memory_mode() == MemoryMode::Incognito {
+                    if session.memory_mode == MemoryMode::Incognito {
                         outln!("Already incognito.\n")?;
                     } else {
-                        session.service =
-                            Runtime::from_settings(&session.settings, MemoryMode::Incognito)
-                                .await?
-                                .service();
+                        session.memory_mode = MemoryMode::Incognito;
                         session.thread = format!("{}:incognito", session.thread);
                         outln!(
                             "Incognito: nothing from now on is saved, and saved memory is not used.\n"
@@ -337,10 +335,10 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
                     Some(Ok(mode)) => {
                         let mut settings = session.settings.clone();
                         settings.mode = mode;
-                        session.service =
-                            Runtime::from_settings(&settings, session.service.memory_mode())
-                                .await?
-                                .service();
+                        let host = Host::start(&settings).await?;
+                        let old = std::mem::replace(&mut session.host, host);
+                        old.shutdown().await;
+                        session.service = session.host.service();
                         session.settings = settings;
                         outln!("Mode: {} (effective: {}).\n", mode, session.service.mode())?;
                     }
@@ -364,7 +362,7 @@ async fn run_interactive(session: &mut Session) -> anyhow::Result<()> {
     }
     outln!(
         "Take care. Your conversation is {}.",
-        if session.service.memory_mode() == MemoryMode::Persistent {
+        if session.memory_mode == MemoryMode::Persistent {
             "saved; continue it with the same --thread"
         } else {
             "not saved"
@@ -390,7 +388,7 @@ async fn memory_command(
 ) -> anyhow::Result<()> {
     let svc = &session.service;
     let owner = owner(session);
-    let incognito = svc.memory_mode() == MemoryMode::Incognito;
+    let incognito = session.memory_mode == MemoryMode::Incognito;
     let kind_of = |w: &str| match w {
         "fact" | "facts" => Some(TargetKind::Fact),
         "session" | "sessions" => Some(TargetKind::Session),
@@ -398,8 +396,11 @@ async fn memory_command(
         _ => None,
     };
     match args {
-        [] | ["status"] => outln!("{}", svc.memory_status_reply(&owner).await?)?,
-        ["list", ..] if incognito => outln!("{}", opencouch_runtime::service::GUEST_MODE_REPLY)?,
+        [] | ["status"] => outln!(
+            "{}",
+            svc.memory_status_reply(&owner, session.memory_mode).await?
+        )?,
+        ["list", ..] if incognito => outln!("{GUEST_MODE_REPLY}")?,
         ["list", ..] => crate::memory_cmd::print_inspect(svc, &owner).await?,
         ["recall", v @ ("on" | "off")] => {
             outln!("{}", svc.set_recall(&owner, *v == "on").await?.reply)?;
@@ -432,7 +433,7 @@ async fn memory_command(
                 _ => anyhow::bail!("usage: /memory clear facts|sessions|rules|all"),
             };
             if incognito {
-                outln!("{}", opencouch_runtime::service::GUEST_MODE_REPLY)?;
+                outln!("{GUEST_MODE_REPLY}")?;
                 return Ok(());
             }
             let answer = editor
@@ -451,12 +452,12 @@ async fn memory_command(
     Ok(())
 }
 
-fn ask_feedback(editor: &mut rustyline::DefaultEditor) -> Option<FeedbackLabel> {
+fn ask_feedback(editor: &mut rustyline::DefaultEditor) -> Option<Feedback> {
     match editor.readline("Was this session helpful? [y]es / [n]o / [s]kip › ") {
         Ok(answer) => match answer.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" | "+" => Some(FeedbackLabel::Positive),
-            "n" | "no" | "-" => Some(FeedbackLabel::Negative),
-            _ => Some(FeedbackLabel::Skip),
+            "y" | "yes" | "+" => Some(Feedback::Positive),
+            "n" | "no" | "-" => Some(Feedback::Negative),
+            _ => Some(Feedback::Skip),
         },
         Err(_) => None,
     }

@@ -152,7 +152,7 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
     outln!(
         "{:<width$}  {}",
         "semantic signal",
-        opencouch_runtime::semantic::SemanticStatus::of(true).describe()
+        opencouch_runtime::service::SemanticStatus::of(true).describe()
     )?;
     Ok(())
 }

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use opencouch_config::Settings;
-use opencouch_core::MemoryMode;
 use opencouch_runtime::service::TargetKind;
-use opencouch_runtime::{Runtime, Service};
+use opencouch_runtime::service::{Host, Service};
 
 use crate::out::{out, outln};
 
@@ -81,7 +80,7 @@ pub async fn print_inspect(svc: &Service, owner: &str) -> anyhow::Result<()> {
 }
 
 pub async fn run(cmd: MemoryCmd, settings: Settings) -> anyhow::Result<()> {
-    let svc = Runtime::from_settings(&settings, MemoryMode::Persistent)
+    let svc = Host::open(&settings)
         .await
         .context("could not open the database")?
         .service();

@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use opencouch_config::Settings;
-use opencouch_core::MemoryMode;
 use opencouch_runtime::service::{
     ExportFormat, ExportRequest, ForgetMeConfirm, ForgetMeCounts, ForgetMeRequest,
 };
-use opencouch_runtime::{Runtime, Service};
+use opencouch_runtime::service::{Host, Service};
 
 use crate::out::{out, outln};
 
@@ -49,7 +48,7 @@ pub struct ForgetMeArgs {
 }
 
 async fn service(settings: &Settings) -> anyhow::Result<Service> {
-    Ok(Runtime::from_settings(settings, MemoryMode::Persistent)
+    Ok(Host::open(settings)
         .await
         .context("could not open the database")?
         .service())

@@ -1,6 +1,6 @@
 //! `opencouch users`: API users and their bearer tokens.
 
-use opencouch_server::UserDirectory;
+use opencouch_runtime::service::UserDirectory;
 
 use crate::out::outln;
 
@@ -29,9 +29,7 @@ pub enum UsersCmd {
 /// # Errors
 /// Invalid or unknown names and store failures.
 pub async fn run(cmd: UsersCmd, settings: opencouch_config::Settings) -> anyhow::Result<()> {
-    let stores = opencouch_runtime::open_stores(&settings).await?;
-    let dir = UserDirectory::new(stores.users.clone());
-    let imported = dir.import_legacy(&settings.resolved_data_dir()).await?;
+    let (dir, imported) = UserDirectory::open(&settings).await?;
     if let Some(path) = &imported.renamed_to {
         eprintln!(
             "Imported {} user(s) from the legacy users.json (now {}).",

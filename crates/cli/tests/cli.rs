@@ -319,11 +319,13 @@ async fn users_on_postgres_are_shared_by_every_instance() {
         .args(["--database-url", pg.url()])
         .args(["users", "list"]));
     assert!(list.contains("shared") && list.contains("active"), "{list}");
-    let stores = opencouch_store::PgStores::connect(pg.url())
+    let mut settings = opencouch_config::Settings::default();
+    settings.database_url = Some(opencouch_config::Secret::new(pg.url().to_owned()));
+    let dir = tempfile::tempdir().expect("tempdir");
+    settings.data_dir = Some(dir.path().to_path_buf());
+    let (users, _) = opencouch_runtime::service::UserDirectory::open(&settings)
         .await
-        .expect("connect")
-        .into_stores();
-    let users = opencouch_server::UserDirectory::new(stores.users.clone());
+        .expect("open");
     assert_eq!(
         users.verify(&token).await.expect("verify").as_deref(),
         Some("shared")

@@ -1,49 +1,60 @@
 //! OpenCouch turn runtime: the app-owned outer shape of every turn.
 //!
-//! Entry points: channels call the [`Service`] ([`Runtime::service`]); the
-//! [`Runtime`] holds the parts. Two drivers do the I/O in order and are the
-//! only modules besides the service that see the runtime: [`turn`] (a turn)
-//! and [`session`] (session end, the sweeper). Every decision is a stage
-//! that gets only its inputs and the [`ports`] it needs: the crisis gate
-//! ([`gate`]), triage ([`triage`]), the pure route plan ([`plan`]) and turn
-//! steps ([`steps`]), specialists ([`specialists`], [`exercise`], [`memory`];
-//! their shared input and outcome in [`stage`]), tools ([`tools`]) and our
-//! bounded tool loop ([`agent`]); a streamed reply goes out through
-//! [`reply`].
+//! **Entry point for channels:** start a [`Host`] once ([`Host::start`]
+//! from the settings) and call its [`Service`] ([`service`]): turns (whole
+//! or streamed, folded for text channels by [`service::kit`]), sessions,
+//! threads and history, memory, progress, export and forget-me, with the
+//! service's own request, result and error types. Channels use nothing
+//! else of this crate (the architecture test checks it).
+//!
+//! Inside, the [`Runtime`] holds the parts of one memory mode. Two drivers
+//! do the I/O in order and are the only modules besides the service that
+//! see it: `turn` (a turn) and `session` (session end, the sweeper). Every
+//! decision is a stage that gets only its inputs and the [`ports`] it
+//! needs: the crisis gate ([`gate`]), triage ([`triage`]), the pure route
+//! plan ([`plan`]) and turn steps, specialists ([`specialists`],
+//! [`exercise`], [`memory`]; their shared input and outcome in [`stage`]),
+//! tools ([`tools`]) and our bounded tool loop ([`agent`]); a streamed
+//! reply goes out through `reply`.
+//!
+//! The stage modules stay public for this crate's own tests, benchmarks
+//! and the evaluation commands (`opencouch eval`), which test stages
+//! directly; channels may not use them.
 
 pub mod agent;
-pub mod audit;
+mod audit;
 pub mod embeddings;
 mod error;
 pub mod exercise;
-pub mod extraction;
+mod extraction;
 mod fallback;
 pub mod gate;
 pub mod memory;
-pub mod owner_data;
+mod owner_data;
 pub mod plan;
-pub mod policy_model;
+mod policy_model;
 pub mod ports;
-pub mod reply;
-pub mod runtime;
-pub mod semantic;
+mod reply;
+mod runtime;
+mod semantic;
 pub mod service;
-pub mod session;
-pub mod session_end;
+mod session;
+mod session_end;
 pub mod specialists;
 pub mod stage;
 mod steps;
-pub mod summary;
-pub mod thread_id;
+mod summary;
+mod thread_id;
 pub mod tools;
+mod tracker;
 pub mod triage;
-pub mod turn;
+mod turn;
+mod users;
 
 pub use extraction::FlushOutcome;
 pub use gate::{CrisisGate, GateVerdict};
 pub use ports::{MemoryPorts, ModelPort, Ports};
-pub use reply::TurnStream;
-pub use runtime::{Runtime, RuntimeError, RuntimeOptions, model_from_settings, open_stores};
-pub use service::{Service, ServiceError};
-pub use session::FeedbackSource;
-pub use session_end::{EndSessionOutcome, SessionSummary};
+pub use runtime::{
+    Runtime, RuntimeError, RuntimeOptions, check_embedded_data, model_from_settings, open_stores,
+};
+pub use service::{Host, HostOptions, Service, ServiceError};

@@ -22,6 +22,8 @@ use std::sync::Mutex;
 
 use opencouch_core::{Stage, StreamEvent};
 use opencouch_prompts::PseudoCallFilter;
+
+use crate::tracker::{CrisisTurn, TurnTracker};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -30,19 +32,44 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct EventSink {
     tx: Option<mpsc::Sender<StreamEvent>>,
     cancel: CancellationToken,
+    /// Counts the turn as a crisis turn once it is one (a graceful stop
+    /// waits for it); `None` outside a tracked task (unit tests).
+    tracker: Option<std::sync::Arc<TurnTracker>>,
+    crisis: Mutex<Option<CrisisTurn>>,
 }
 
 impl EventSink {
     /// A sink with no listener: events are dropped; `cancel` still says
     /// when the caller is gone.
     pub(crate) fn silent(cancel: CancellationToken) -> Self {
-        EventSink { tx: None, cancel }
+        EventSink {
+            tx: None,
+            cancel,
+            tracker: None,
+            crisis: Mutex::new(None),
+        }
     }
 
     pub(crate) fn new(tx: mpsc::Sender<StreamEvent>, cancel: CancellationToken) -> Self {
         EventSink {
             tx: Some(tx),
-            cancel,
+            ..EventSink::silent(cancel)
+        }
+    }
+
+    /// The sink reports crisis turns to `tracker`.
+    pub(crate) fn tracked(mut self, tracker: std::sync::Arc<TurnTracker>) -> Self {
+        self.tracker = Some(tracker);
+        self
+    }
+
+    /// This turn is a crisis turn (level ≥ 2): a graceful stop waits for it
+    /// to finish. Idempotent.
+    pub(crate) fn mark_crisis(&self) {
+        let Some(tracker) = &self.tracker else { return };
+        let mut crisis = self.crisis.lock().unwrap_or_else(|e| e.into_inner());
+        if crisis.is_none() {
+            *crisis = Some(tracker.crisis());
         }
     }
 
@@ -196,11 +223,24 @@ impl ReplyOut {
 pub struct TurnStream {
     rx: mpsc::Receiver<StreamEvent>,
     cancel: CancellationToken,
+    /// The caller's thread id, put in the outputs of `response_ready` and
+    /// `done` (the stored id is scoped).
+    client_thread: Option<String>,
 }
 
 impl TurnStream {
     pub(crate) fn new(rx: mpsc::Receiver<StreamEvent>, cancel: CancellationToken) -> Self {
-        TurnStream { rx, cancel }
+        TurnStream {
+            rx,
+            cancel,
+            client_thread: None,
+        }
+    }
+
+    /// Outputs name `thread` (the caller's id).
+    pub(crate) fn naming_thread(mut self, thread: String) -> Self {
+        self.client_thread = Some(thread);
+        self
     }
 
     /// The consumer is gone: stop the turn if it may stop.
@@ -219,10 +259,21 @@ impl futures::Stream for TurnStream {
     type Item = StreamEvent;
 
     fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<StreamEvent>> {
-        self.rx.poll_recv(cx)
+        let this = self.get_mut();
+        let mut polled = this.rx.poll_recv(cx);
+        if let (
+            std::task::Poll::Ready(Some(
+                StreamEvent::Done { output } | StreamEvent::ResponseReady { output },
+            )),
+            Some(thread),
+        ) = (&mut polled, &this.client_thread)
+        {
+            output.thread_id.clone_from(thread);
+        }
+        polled
     }
 }
 

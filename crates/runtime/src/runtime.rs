@@ -17,6 +17,7 @@ use crate::extraction::{Extractor, FlushOutcome};
 use crate::gate::CrisisGate;
 use crate::policy_model::LlmPolicyModel;
 use crate::ports::{EmbedderHandle, MemoryPorts, ModelPort, Ports};
+use crate::tracker::TurnTracker;
 use opencouch_memory::assist::PolicyModel;
 
 /// Tunables of a runtime (usually derived from [`Settings`]).
@@ -86,6 +87,8 @@ pub(crate) struct Inner {
     pub(crate) semantic: bool,
     /// In-flight background memory extraction.
     pub(crate) extractor: Extractor,
+    /// Running turns (shared by a host's two runtimes).
+    pub(crate) turns: Arc<TurnTracker>,
 }
 
 /// Runs turns for one memory mode. Cheap to clone.
@@ -158,7 +161,7 @@ impl Runtime {
             model: ModelPort::new(model, opts.model_timeout),
             memory,
         };
-        Runtime::assemble(opts, stores, gate, ports, true)
+        Runtime::assemble(opts, stores, gate, ports, true, Arc::default())
     }
 
     /// The runtime over these parts (the extraction registry is new).
@@ -168,6 +171,7 @@ impl Runtime {
         gate: CrisisGate,
         ports: Ports,
         semantic: bool,
+        turns: Arc<TurnTracker>,
     ) -> Self {
         let extractor = Extractor {
             jobs: Arc::default(),
@@ -182,6 +186,7 @@ impl Runtime {
                 ports,
                 extractor,
                 semantic,
+                turns,
             }),
         }
     }
@@ -196,6 +201,7 @@ impl Runtime {
             i.gate.clone().with_semantic(on),
             i.ports.clone(),
             on,
+            i.turns.clone(),
         )
     }
 
@@ -222,7 +228,26 @@ impl Runtime {
             i.gate.clone(),
             ports,
             i.semantic,
+            i.turns.clone(),
         )
+    }
+
+    /// The same runtime counting its turns in `turns` (a host's two
+    /// runtimes share one tracker). Everything else, the extraction
+    /// registry included, is shared with `self`.
+    pub(crate) fn with_turns(self, turns: Arc<TurnTracker>) -> Self {
+        let i = &self.inner;
+        Runtime {
+            inner: Arc::new(Inner {
+                opts: i.opts.clone(),
+                stores: i.stores.clone(),
+                gate: i.gate.clone(),
+                ports: i.ports.clone(),
+                semantic: i.semantic,
+                extractor: i.extractor.clone(),
+                turns,
+            }),
+        }
     }
 
     /// Builds the runtime the settings describe: SQLite (default) or
@@ -232,10 +257,23 @@ impl Runtime {
         settings: &Settings,
         memory_mode: MemoryMode,
     ) -> Result<Self, RuntimeError> {
+        Self::from_settings_on(settings, memory_mode, false).await
+    }
+
+    /// [`Runtime::from_settings`], with persistent mode over process
+    /// memory when `in_memory` (benchmarks).
+    pub(crate) async fn from_settings_on(
+        settings: &Settings,
+        memory_mode: MemoryMode,
+        in_memory: bool,
+    ) -> Result<Self, RuntimeError> {
         let opts = RuntimeOptions::from_settings(settings);
         let model = model_from_settings(settings)?;
         let runtime = match memory_mode {
             MemoryMode::Incognito => Runtime::incognito(EphemeralStores::new(), model, opts),
+            MemoryMode::Persistent if in_memory => {
+                Runtime::persistent(Stores::in_memory(), model, opts)
+            }
             MemoryMode::Persistent => {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }

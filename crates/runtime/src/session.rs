@@ -142,7 +142,7 @@ impl Runtime {
     /// Ends the thread's session: records `feedback` first (best effort),
     /// summarizes the session into an episodic arc (persistent mode only),
     /// promotes held memory candidates, and clears session-scoped state.
-    pub async fn end_session(
+    pub(crate) async fn end_session(
         &self,
         thread_id: &str,
         user_id: Option<&str>,
@@ -168,7 +168,7 @@ impl Runtime {
 
     /// Finalizes every expired session once. Only one process sweeps at a
     /// time (a global lock); each thread is re-checked under its own lock.
-    pub async fn sweep_expired(&self, now: DateTime<Utc>) -> Result<usize, RuntimeError> {
+    pub(crate) async fn sweep_expired(&self, now: DateTime<Utc>) -> Result<usize, RuntimeError> {
         let Some(sweeper) = self
             .inner
             .stores
@@ -226,7 +226,7 @@ impl Runtime {
 
     /// Runs [`Runtime::sweep_expired`] every `interval` until the task is
     /// aborted.
-    pub fn spawn_sweeper(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_sweeper(&self, interval: Duration) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);

@@ -1,5 +1,5 @@
 //! The pure steps of a turn, in the order the driver ([`crate::turn`])
-//! calls them: validate the input, cut this session's history, record the
+//! calls them: cut this session's history, record the
 //! gate's verdict, decide whether triage runs, then fold the specialist's
 //! outcome into the thread state (state delta, session progress, crisis
 //! episode, session row), the two transcript messages and the output.
@@ -8,50 +8,17 @@
 use chrono::{DateTime, Utc};
 use opencouch_core::state::{ActiveFlow, CrisisEpisode, StateDelta, TurnLifecycle};
 use opencouch_core::{
-    AgentInput, AgentOutput, Approach, CrisisLevel, Diagnostics, MemoryMode, Message,
-    ResponseStyle, ResponseType, Route, SessionAction, ThreadState,
+    AgentInput, AgentOutput, Approach, CrisisLevel, Diagnostics, Message, ResponseStyle,
+    ResponseType, Route, SessionAction, ThreadState,
 };
 use opencouch_safety::episode::FollowUpDecision;
 use opencouch_store::ActiveSession;
 use serde_json::json;
 
-use crate::error::RuntimeError;
 use crate::gate::GateVerdict;
 use crate::plan::RoutePlan;
 use crate::stage::SpecialistOutcome;
 use crate::triage::TriageDecision;
-
-/// What input validation checks against.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) max_message_chars: usize,
-    pub(crate) memory_mode: MemoryMode,
-}
-
-/// Rejects input the turn cannot take (nothing is read or written).
-pub(crate) fn validate(limits: Limits, input: &AgentInput) -> Result<(), RuntimeError> {
-    if input.thread_id.trim().is_empty() {
-        return Err(RuntimeError::InvalidInput("thread_id must not be empty"));
-    }
-    if input.thread_id.chars().count() > crate::thread_id::MAX_STORED_THREAD_ID_CHARS {
-        return Err(RuntimeError::InvalidInput(
-            "thread_id is longer than 161 characters (an owner of at most 32 plus a thread id of at most 128)",
-        ));
-    }
-    if let Some(problem) = crate::thread_id::message_problem(&input.message) {
-        return Err(RuntimeError::InvalidInput(problem.describe()));
-    }
-    let max = limits.max_message_chars;
-    if input.message.chars().count() > max {
-        return Err(RuntimeError::MessageTooLong { max });
-    }
-    if input.memory_mode != limits.memory_mode {
-        return Err(RuntimeError::InvalidInput(
-            "memory_mode does not match this runtime",
-        ));
-    }
-    Ok(())
-}
 
 /// Only this session's messages are context for the turn: the tail of the
 /// loaded window that lies at or after the session's first transcript entry.

@@ -20,46 +20,6 @@ fn decision(close: Option<CloseReason>, calm: u32, max: u8) -> FollowUpDecision 
 }
 
 #[test]
-fn validate_table() {
-    let limits = Limits {
-        max_message_chars: 10,
-        memory_mode: MemoryMode::Incognito,
-    };
-    let long_thread = "t".repeat(crate::thread_id::MAX_STORED_THREAD_ID_CHARS + 1);
-    let cases: [(&str, &str, MemoryMode, Option<&str>); 8] = [
-        ("t1", "hello", MemoryMode::Incognito, None),
-        (" ", "hello", MemoryMode::Incognito, Some("invalid_input")),
-        (
-            &long_thread,
-            "hello",
-            MemoryMode::Incognito,
-            Some("invalid_input"),
-        ),
-        ("t1", "  ", MemoryMode::Incognito, Some("invalid_input")),
-        (
-            "t1",
-            "\u{200B}\u{FEFF}",
-            MemoryMode::Incognito,
-            Some("invalid_input"),
-        ),
-        ("t1", "hi\0", MemoryMode::Incognito, Some("invalid_input")),
-        (
-            "t1",
-            "hello world!",
-            MemoryMode::Incognito,
-            Some("message_too_long"),
-        ),
-        ("t1", "hello", MemoryMode::Persistent, Some("invalid_input")),
-    ];
-    for (thread, message, mode, want) in cases {
-        let mut input = AgentInput::new(thread, message);
-        input.memory_mode = mode;
-        let got = validate(limits, &input).err().map(|e| e.code());
-        assert_eq!(got, want, "{thread:?} {message:?} {mode:?}");
-    }
-}
-
-#[test]
 fn session_window_keeps_only_this_session() {
     let history: Vec<Message> = (0..6).map(|i| Message::user(format!("m{i}"))).collect();
     // (messages in the thread, first index of the session, expected first kept)

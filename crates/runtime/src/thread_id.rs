@@ -84,6 +84,22 @@ impl MessageProblem {
     }
 }
 
+/// What is wrong with an owner id, if anything: 1 to
+/// [`MAX_STORED_THREAD_ID_CHARS`] characters (a thread id is an owner when
+/// memory is thread-scoped), no control characters.
+pub(crate) fn owner_problem(owner: &str) -> Option<&'static str> {
+    let n = owner.chars().count();
+    if n == 0 {
+        Some("it is empty")
+    } else if n > MAX_STORED_THREAD_ID_CHARS {
+        Some("it is too long")
+    } else if owner.chars().any(char::is_control) {
+        Some("it has control characters")
+    } else {
+        None
+    }
+}
+
 /// The stored thread id of `owner`'s thread `thread_id`: threads of two
 /// owners never share a stored id.
 pub fn scoped_thread_id(owner: &str, thread_id: &str) -> String {

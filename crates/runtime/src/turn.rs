@@ -2,7 +2,8 @@
 //! [`Runtime`]. It does the I/O of a turn in order and leaves every decision
 //! to a stage that sees only what it needs:
 //!
-//! 1. validate → lock the thread → load the effective state
+//! 1. lock the thread → load the effective state (the service validated
+//!    the input and chose this runtime by its memory mode)
 //! 2. **crisis gate** (never skipped, fails closed)
 //! 3. level 0 only: triage ([`crate::triage`])
 //! 4. route plan (pure: [`crate::plan::resolve`])
@@ -55,14 +56,14 @@ use crate::plan;
 use crate::reply::{EventSink, TurnStream};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::specialists::{self, CrisisInfo, EpisodeTurn, SpecialistInput};
-use crate::steps::{self, Answered, Limits};
+use crate::steps::{self, Answered};
 
 impl Runtime {
     /// Runs one turn and returns its output after the turn is committed.
     /// The turn runs in its own task: dropping this future cancels a turn
     /// below crisis level before its commit (nothing is written) and never
     /// a crisis turn.
-    pub async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
+    pub(crate) async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
         self.spawn_turn(move |rt, sink| async move { execute(&rt, input, &sink).await })
             .await
     }
@@ -71,7 +72,7 @@ impl Runtime {
     /// `response_ready`, then `done` (or one `error`) last. The turn runs in
     /// its own task; dropping the stream before the turn's commit cancels a
     /// turn below crisis level (nothing is written) and never a crisis turn.
-    pub fn run_turn_stream(&self, input: AgentInput) -> TurnStream {
+    pub(crate) fn run_turn_stream(&self, input: AgentInput) -> TurnStream {
         self.spawn_stream(move |rt, sink| async move { execute(&rt, input, &sink).await })
     }
 
@@ -82,7 +83,7 @@ impl Runtime {
     /// deterministic crisis reply with verified resources (`saved: false`),
     /// and anything else fails with `error` (a crisis reply never depends
     /// on storage; nothing else is promised without it).
-    pub async fn run_turn_without_storage(
+    pub(crate) async fn run_turn_without_storage(
         &self,
         input: AgentInput,
         error: StoreError,
@@ -94,7 +95,7 @@ impl Runtime {
     }
 
     /// [`Runtime::run_turn_without_storage`] as a stream of events.
-    pub fn run_turn_stream_without_storage(
+    pub(crate) fn run_turn_stream_without_storage(
         &self,
         input: AgentInput,
         error: StoreError,
@@ -105,7 +106,7 @@ impl Runtime {
     }
 
     /// Runs a turn in its own task; dropping the returned future cancels
-    /// the turn's token.
+    /// the turn's token. The task counts as a running turn until it ends.
     async fn spawn_turn<F, Fut>(&self, run: F) -> Result<AgentOutput, RuntimeError>
     where
         F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
@@ -113,10 +114,17 @@ impl Runtime {
     {
         let cancel = CancellationToken::new();
         let _cancel_on_drop = cancel.clone().drop_guard();
-        let task = tokio::spawn(run(self.clone(), EventSink::silent(cancel)));
-        task.await.unwrap_or(Err(RuntimeError::Aborted))
+        let running = self.inner.turns.start();
+        let sink = EventSink::silent(cancel).tracked(self.inner.turns.clone());
+        let task = tokio::spawn(run(self.clone(), sink));
+        let result = task.await.unwrap_or(Err(RuntimeError::Aborted));
+        running.report(result.as_ref());
+        result
     }
 
+    /// Runs a turn in its own task whose events go straight to the returned
+    /// stream: one task and one bounded channel between the turn and its
+    /// consumer. The task counts as a running turn until it ends.
     fn spawn_stream<F, Fut>(&self, run: F) -> TurnStream
     where
         F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
@@ -125,28 +133,32 @@ impl Runtime {
         let (tx, rx) = mpsc::channel::<StreamEvent>(64);
         let runtime = self.clone();
         let cancel = CancellationToken::new();
-        let sink = EventSink::new(tx.clone(), cancel.clone());
+        let sink = EventSink::new(tx.clone(), cancel.clone()).tracked(self.inner.turns.clone());
+        let running = self.inner.turns.start();
         tokio::spawn(async move {
             let result = run(runtime, sink).await;
+            running.report(result.as_ref());
             let last = match result {
                 Ok(output) => StreamEvent::Done {
                     output: Box::new(output),
                 },
-                Err(e) => StreamEvent::Error {
-                    code: e.code().to_owned(),
-                    message: e.to_string(),
-                },
+                Err(e) => {
+                    // The cause goes to the log; the event carries the
+                    // service's code and words (never store details).
+                    let e = crate::service::error::ServiceError::from(e);
+                    if e.code() != crate::error::ErrorCode::Cancelled {
+                        tracing::error!(code = %e.code(), error = ?e.cause(), "streamed turn failed");
+                    }
+                    StreamEvent::Error {
+                        code: e.code().as_str().to_owned(),
+                        message: e.message().to_owned(),
+                    }
+                }
             };
             let _ = tx.send(last).await;
+            drop(running);
         });
         TurnStream::new(rx, cancel)
-    }
-}
-
-fn limits(rt: &Runtime) -> Limits {
-    Limits {
-        max_message_chars: rt.inner.opts.max_message_chars,
-        memory_mode: rt.memory_mode(),
     }
 }
 
@@ -230,7 +242,6 @@ pub(crate) async fn execute(
     events: &EventSink,
 ) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
-    steps::validate(limits(rt), &input)?;
     let inner = &rt.inner;
 
     // 1. Effective state. A crisis reply never depends on storage: when the
@@ -260,6 +271,9 @@ pub(crate) async fn execute(
         .assess_in_episode(&session_history, &input.message, open_episode.as_ref())
         .await;
     let level = verdict.assessment().level;
+    if level.needs_crisis_response() {
+        events.mark_crisis();
+    }
     let decision = verdict.episode().copied();
     steps::gate_diagnostics(&mut diagnostics, &verdict);
     steps::episode_diagnostics(&mut diagnostics, decision.as_ref(), level);
@@ -524,8 +538,8 @@ async fn deliver(
     output
 }
 
-/// A turn when storage is already known to be unavailable: validated, then
-/// the same path as a failed load (nothing is read or written).
+/// A turn when storage is already known to be unavailable: the same path
+/// as a failed load (nothing is read or written).
 pub(crate) async fn execute_without_storage(
     rt: &Runtime,
     input: AgentInput,
@@ -533,7 +547,6 @@ pub(crate) async fn execute_without_storage(
     error: opencouch_store::StoreError,
 ) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
-    steps::validate(limits(rt), &input)?;
     unsaved_crisis_turn(rt, &input, events, started, error).await
 }
 
@@ -560,6 +573,7 @@ async fn unsaved_crisis_turn(
     if !level.needs_crisis_response() {
         return Err(RuntimeError::Store(error));
     }
+    events.mark_crisis();
     let mut diagnostics = Diagnostics::new();
     steps::gate_diagnostics(&mut diagnostics, &verdict);
     diagnostics.set("storage_status", "load_failed");

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use common::{deterministic, digit_runs, shows_resource_number, state, transcript_len, turn};
 use futures::StreamExt;
 use opencouch_core::{

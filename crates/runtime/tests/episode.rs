@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use common::{deterministic, digit_runs, fake_model, state, turn};
 use opencouch_core::{AgentOutput, ResponseType, Route, RuntimeMode};
 use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};

@@ -10,6 +10,9 @@
 //! SQLite cases always run; Postgres cases skip with a notice when no
 //! server is reachable (and fail under `CI=true`).
 
+mod common;
+
+use common::ThroughService;
 use std::time::Duration;
 
 use chrono::Utc;

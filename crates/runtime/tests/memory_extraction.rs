@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use std::time::Duration;
 
 use common::fake_model;

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

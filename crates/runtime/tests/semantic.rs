@@ -4,9 +4,12 @@
 //! files, and is reported by the runtime and the service. Memory retrieval
 //! keeps its own embedder, used only on turns that retrieve.
 
+mod common;
+
+use common::ThroughService;
 use opencouch_config::Settings;
 use opencouch_core::{AgentInput, MemoryMode, RuntimeMode};
-use opencouch_runtime::semantic::SemanticStatus;
+use opencouch_runtime::service::SemanticStatus;
 use opencouch_runtime::{CrisisGate, Runtime};
 
 #[tokio::test]

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use std::time::Duration;
 
 use common::{shows_resource_number, transcript_len};

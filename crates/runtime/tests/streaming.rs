@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::ThroughService;
+
 use std::time::Duration;
 
 use common::{hybrid, state, transcript_len, turn};

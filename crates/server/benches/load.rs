@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use opencouch_core::{MemoryMode, RuntimeMode};
 use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient};
+use opencouch_runtime::service::{Host, HostOptions};
 use opencouch_runtime::{Runtime, RuntimeOptions};
-use opencouch_server::{AppState, AuthMode, Limits, UserDirectory};
+use opencouch_server::{AppState, AuthMode, Limits};
 use opencouch_store::{EphemeralStores, PgStores, SqliteStores, Stores};
 use opencouch_testkit::{FakeOpenAi, canned};
 use serde_json::json;
@@ -57,7 +58,8 @@ async fn start_server(
     };
     let persistent = Runtime::persistent(stores, Some(model.clone()), opts.clone());
     let incognito = Runtime::incognito(EphemeralStores::new(), Some(model), opts);
-    let users = UserDirectory::new(persistent.stores().users.clone());
+    let service = Host::idle(persistent, incognito, HostOptions::default()).service();
+    let users = service.users();
     let token = users.add("bench", chrono::Utc::now()).await.unwrap();
     let limits = Limits {
         body_limit_bytes: 64 * 1024,
@@ -73,7 +75,7 @@ async fn start_server(
         },
         ..Limits::default()
     };
-    let state = AppState::new(persistent, incognito, AuthMode::Tokens(users), limits);
+    let state = AppState::new(service, AuthMode::Tokens(users), limits);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use opencouch_core::{MemoryMode, RuntimeMode};
 use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient};
+use opencouch_runtime::service::{Host, HostOptions};
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_server::{AppState, AuthMode, Limits};
 use opencouch_store::{EphemeralStores, Stores};
@@ -108,7 +109,11 @@ async fn main() {
         default_memory_mode: MemoryMode::Incognito,
         ..Limits::default()
     };
-    let state = AppState::new(persistent, incognito, AuthMode::Local, limits);
+    let state = AppState::new(
+        Host::idle(persistent, incognito, HostOptions::default()).service(),
+        AuthMode::Local,
+        limits,
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,19 +12,14 @@ use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use opencouch_core::MemoryMode;
-use opencouch_runtime::service::{ServiceError, TargetKind, unscoped_thread_id, valid_thread_id};
-use opencouch_store::FeedbackLabel;
+use opencouch_runtime::service::{self, EndedVia, Feedback, TargetKind, kit};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::{AuthMode, LOCAL_OWNER, bearer_token};
-use crate::chat::{
-    Caller, over_rate_limit, public_output, scoped_thread, turn_events, user_store_down,
-};
-pub use crate::chat::{
-    ChatRequest, Limited, MAX_THREAD_ID_CHARS, Owner, Unverified, storage_thread_id,
-};
+use crate::chat::{Caller, turn_events};
+pub use crate::chat::{ChatRequest, Limited, MAX_THREAD_ID_CHARS, Owner, Unverified};
 use crate::error::{ApiError, parse_json, parse_required};
 
 /// The OpenAPI document, maintained by hand and checked by a test.
@@ -250,11 +245,11 @@ async fn openapi() -> Response {
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let svc = state.service(MemoryMode::Persistent);
+    let svc = state.service();
     let store_ok = state.store_ok().await;
     let body = json!({
         "status": if store_ok { "ok" } else { "degraded" },
-        "store": {"backend": svc.storage_label(), "ok": store_ok},
+        "store": {"backend": svc.storage_label(MemoryMode::Persistent), "ok": store_ok},
         "model": {"mode": svc.mode().as_str()},
         "auth": if matches!(state.auth(), AuthMode::Local) { "local" } else { "token" },
         "crisis_gate": {
@@ -284,41 +279,22 @@ async fn chat(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
-    let (input, client_thread) = state
-        .caller_input(&caller, req)
+    let turn = state
+        .prepare_turn(&caller, req)
         .map_err(|e| reject(&state, e))?;
-    let svc = state.service(input.memory_mode);
-    let guard = state.turn_guard();
-    let started = Instant::now();
-    let limited = match caller {
-        Caller::Limited(wait) => Some(wait),
-        _ => None,
-    };
-    // The turn runs in its own task: a timed-out or dropped request never
-    // leaves a turn half-written.
-    let handle = tokio::spawn(async move {
-        let _guard = guard;
-        match caller {
-            Caller::Owner(_) => svc.run_turn(input).await,
-            Caller::Unverified => svc.run_turn_without_storage(input, user_store_down()).await,
-            Caller::Limited(_) => svc.run_turn_without_storage(input, over_rate_limit()).await,
-        }
-    });
-    match handle.await {
-        Ok(Ok(output)) => {
-            state.metrics().turn(&output, started.elapsed());
-            Ok(Json(public_output(&output, &client_thread)).into_response())
-        }
+    // The turn runs in the runtime's task: a request dropped before the
+    // commit cancels a turn below crisis level (nothing is written); a
+    // crisis turn always runs to its end.
+    match turn.run().await {
+        Ok(output) => Ok(Json(output).into_response()),
         // Over a limit and not a crisis: the 429 it would have had.
-        Ok(Err(_)) if limited.is_some() => Ok(rate_limited(&state, limited.unwrap_or_default())),
-        Ok(Err(e)) => {
-            state.metrics().turn_error(e.code());
-            Err(e.into())
+        Err(_) if matches!(caller, Caller::Limited(_)) => {
+            let Caller::Limited(wait) = caller else {
+                return Err(ApiError::internal());
+            };
+            Ok(rate_limited(&state, wait))
         }
-        Err(_) => {
-            state.metrics().turn_error("internal");
-            Err(ApiError::internal())
-        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -328,40 +304,36 @@ async fn chat_stream(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
-    let (input, client_thread) = state
-        .caller_input(&caller, req)
+    let turn = state
+        .prepare_turn(&caller, req)
         .map_err(|e| reject(&state, e))?;
     // Over a limit: the gate decides before any stream starts, so a
     // non-crisis message still gets a plain 429.
     if let Caller::Limited(wait) = caller {
-        let svc = state.service(input.memory_mode);
-        let guard = state.turn_guard();
-        let started = Instant::now();
-        let handle = tokio::spawn(async move {
-            let _guard = guard;
-            svc.run_turn_without_storage(input, over_rate_limit()).await
-        });
-        return match handle.await {
-            Ok(Ok(output)) => {
-                state.metrics().turn(&output, started.elapsed());
-                let out = public_output(&output, &client_thread);
+        return match turn.run().await {
+            Ok(output) => {
+                let output = Box::new(output);
                 let events = futures::stream::iter([
-                    json!({"type": "response_ready", "output": out.clone()}),
-                    json!({"type": "done", "output": out}),
+                    opencouch_core::StreamEvent::ResponseReady {
+                        output: output.clone(),
+                    },
+                    opencouch_core::StreamEvent::Done { output },
                 ])
-                .map(|v| {
-                    let name = v["type"].as_str().unwrap_or("done").to_owned();
-                    Ok::<_, Infallible>(Event::default().event(name).data(v.to_string()))
+                .map(|ev| {
+                    Ok::<_, Infallible>(
+                        Event::default()
+                            .event(ev.name())
+                            .data(kit::wire_event(&ev).to_string()),
+                    )
                 });
                 Ok(Sse::new(events.boxed())
                     .keep_alive(KeepAlive::default())
                     .into_response())
             }
-            Ok(Err(_)) => Ok(rate_limited(&state, wait)),
-            Err(_) => Err(ApiError::internal()),
+            Err(_) => Ok(rate_limited(&state, wait)),
         };
     }
-    let events = turn_events(&state, &caller, input, client_thread).map(|v| {
+    let events = turn_events(turn.stream()).map(|v| {
         let name = v
             .get("type")
             .and_then(Value::as_str)
@@ -394,44 +366,6 @@ pub struct HistoryQuery {
     /// Only messages whose index is below this: the first index of the
     /// page already read (its `Link: <…>; rel="next"` header says so).
     pub before: Option<u64>,
-}
-
-/// The client's thread cursor: hex of `TIME ID` (the last thread's update
-/// time in RFC 3339 with nanoseconds and its client-facing id). Opaque to
-/// clients; the owner is never in it (it comes from the token).
-fn encode_thread_cursor(cursor: &opencouch_store::ThreadCursor, prefix: &str) -> Option<String> {
-    let id = cursor.thread_id.strip_prefix(prefix)?;
-    let at = cursor
-        .updated_at
-        .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-    Some(hex::encode(format!("{at} {id}")))
-}
-
-fn decode_thread_cursor(
-    raw: &str,
-    owner: &Owner,
-) -> Result<opencouch_store::ThreadCursor, ApiError> {
-    let invalid = || {
-        ApiError::bad_request(
-            "invalid_cursor",
-            "cursor must be the one given in a Link header of /api/threads",
-        )
-    };
-    let text = hex::decode(raw)
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .ok_or_else(invalid)?;
-    let (at, id) = text.split_once(' ').ok_or_else(invalid)?;
-    let updated_at = chrono::DateTime::parse_from_rfc3339(at)
-        .map_err(|_| invalid())?
-        .with_timezone(&chrono::Utc);
-    if !valid_thread_id(id) {
-        return Err(invalid());
-    }
-    Ok(opencouch_store::ThreadCursor {
-        updated_at,
-        thread_id: storage_thread_id(&owner.0, id),
-    })
 }
 
 /// A path segment with everything but unreserved characters
@@ -469,43 +403,20 @@ async fn list_threads(
     Params(q): Params<ListQuery>,
 ) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(20).clamp(1, 100);
-    let after = q
-        .cursor
-        .as_deref()
-        .map(|c| decode_thread_cursor(c, &owner))
-        .transpose()?;
-    let prefix = storage_thread_id(&owner.0, "");
     let page = state
-        .service(MemoryMode::Persistent)
-        .threads(Some(&owner.0), limit, after.as_ref())
+        .service()
+        .threads(&owner.caller(), limit, q.cursor.as_deref())
         .await?;
     let list: Vec<Value> = page
         .threads
         .into_iter()
-        .filter_map(|t| {
-            let id = unscoped_thread_id(&owner.0, &t.thread_id)?.to_owned();
-            Some(json!({"thread_id": id, "turn_count": t.turn_count, "message_count": t.message_count, "updated_at": t.updated_at}))
-        })
+        .map(|t| json!({"thread_id": t.thread_id, "turn_count": t.turn_count, "message_count": t.message_count, "updated_at": t.updated_at}))
         .collect();
+    // The cursor is hex: safe in a query string as it is.
     let next = page
         .next
-        .and_then(|c| encode_thread_cursor(&c, &prefix))
         .map(|c| format!("/api/threads?limit={limit}&cursor={c}"));
     page_response(list, next)
-}
-
-async fn load_owned(
-    state: &AppState,
-    owner: &Owner,
-    id: &str,
-) -> Result<(String, opencouch_store::ThreadSnapshot), ApiError> {
-    let thread = scoped_thread(owner, id)?;
-    let snap = state
-        .service(MemoryMode::Persistent)
-        .thread(&thread)
-        .await?;
-    snap.map(|s| (thread, s))
-        .ok_or_else(|| ApiError::not_found("thread"))
 }
 
 async fn thread_state(
@@ -513,12 +424,14 @@ async fn thread_state(
     owner: Owner,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, snap) = load_owned(&state, &owner, &id).await?;
-    let mut v = serde_json::to_value(&snap.state).map_err(|_| ApiError::internal())?;
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert("thread_id".into(), Value::String(id));
-    }
-    Ok(Json(v))
+    let thread = state
+        .service()
+        .thread(&owner.caller(), MemoryMode::Persistent, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("thread"))?;
+    Ok(Json(
+        serde_json::to_value(&thread).map_err(|_| ApiError::internal())?,
+    ))
 }
 
 async fn thread_history(
@@ -527,11 +440,10 @@ async fn thread_history(
     Path(id): Path<String>,
     Params(q): Params<HistoryQuery>,
 ) -> Result<Response, ApiError> {
-    let (thread, _) = load_owned(&state, &owner, &id).await?;
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let rows = state
-        .service(MemoryMode::Persistent)
-        .history(&thread, limit, q.before)
+        .service()
+        .history(&owner.caller(), &id, limit, q.before)
         .await?;
     // Older messages remain when this page does not start at index 0.
     let next = rows
@@ -564,21 +476,11 @@ async fn session_status(
     owner: Owner,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (thread, _) = load_owned(&state, &owner, &id).await?;
-    let status = state
-        .service(MemoryMode::Persistent)
-        .session_status(&thread)
-        .await?;
-    use opencouch_store::SessionStatus as St;
-    let name = match status {
-        St::Absent => "absent",
-        St::Active => "active",
-        St::ExpiredUnfinalized => "expired_unfinalized",
-        St::Interrupted => "interrupted",
-        St::RotationRequired => "rotation_required",
-    };
-    let has = !matches!(status, St::Absent);
-    Ok(Json(json!({"has_active_session": has, "status": name})))
+    let status = state.service().session_state(&owner.caller(), &id).await?;
+    let has = status != service::SessionState::Absent;
+    Ok(Json(
+        json!({"has_active_session": has, "status": status.as_str()}),
+    ))
 }
 
 /// `POST /api/threads/{id}/end` body (optional).
@@ -587,7 +489,7 @@ async fn session_status(
 pub struct EndRequest {
     /// positive, negative or skip.
     #[serde(default)]
-    pub feedback: Option<FeedbackLabel>,
+    pub feedback: Option<Feedback>,
     /// Which runtime holds the thread (default persistent).
     #[serde(default)]
     pub memory_mode: Option<MemoryMode>,
@@ -600,24 +502,14 @@ async fn end_thread(
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: EndRequest = parse_json(&body, true).map_err(|e| reject(&state, e))?;
-    let svc = state.service(req.memory_mode.unwrap_or(MemoryMode::Persistent));
-    let thread = scoped_thread(&owner, &id)?;
-    if svc.thread(&thread).await?.is_none() {
+    let mode = req.memory_mode.unwrap_or(MemoryMode::Persistent);
+    let svc = state.service();
+    if svc.thread(&owner.caller(), mode, &id).await?.is_none() {
         return Err(ApiError::not_found("thread"));
     }
-    let guard = state.turn_guard();
-    let owner_id = owner.0.clone();
-    let handle = tokio::spawn(async move {
-        let _guard = guard;
-        svc.end_session(
-            &thread,
-            Some(&owner_id),
-            req.feedback,
-            opencouch_runtime::FeedbackSource::ApiEnd,
-        )
-        .await
-    });
-    let outcome = handle.await.map_err(|_| ApiError::internal())??;
+    let outcome = svc
+        .end_session(&owner.caller(), &id, mode, req.feedback, EndedVia::Api)
+        .await?;
     Ok(Json(match outcome.summary {
         Some(s) => json!({
             "finalized": outcome.finalized,
@@ -640,35 +532,11 @@ async fn end_thread(
     }))
 }
 
-fn control_error(e: ServiceError) -> ApiError {
-    use opencouch_memory::control::ControlError;
-    match e {
-        ServiceError::Memory(ControlError::IndexOutOfRange { .. }) => {
-            ApiError::not_found("memory item")
-        }
-        ServiceError::Memory(ControlError::Backend(_)) | ServiceError::Store(_) => {
-            tracing::error!(error = %e, "memory backend error");
-            ApiError::unavailable("storage_unavailable", "storage is unavailable")
-        }
-        ServiceError::Runtime(e) => e.into(),
-        ServiceError::Memory(other) => {
-            ApiError::bad_request("invalid_memory_action", other.to_string())
-        }
-        ServiceError::Incognito => {
-            ApiError::bad_request("invalid_memory_action", ServiceError::Incognito.to_string())
-        }
-    }
-}
-
 async fn memory_status(
     State(state): State<AppState>,
     owner: Owner,
 ) -> Result<Json<Value>, ApiError> {
-    let status = state
-        .service(MemoryMode::Persistent)
-        .memory_status(&owner.0)
-        .await
-        .map_err(control_error)?;
+    let status = state.service().memory_status(&owner.0).await?;
     Ok(Json(json!({
         "memory_mode": "persistent",
         "owner_id": owner.0,
@@ -691,12 +559,9 @@ async fn memory_recall(
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: RecallRequest = parse_required(&body).map_err(|e| reject(&state, e))?;
-    let svc = state.service(MemoryMode::Persistent);
-    let out = svc
-        .set_recall(&owner.0, req.enabled)
-        .await
-        .map_err(control_error)?;
-    let status = svc.memory_status(&owner.0).await.map_err(control_error)?;
+    let svc = state.service();
+    let out = svc.set_recall(&owner.0, req.enabled).await?;
+    let status = svc.memory_status(&owner.0).await?;
     Ok(Json(
         json!({"owner_id": owner.0, "proactive_recall_enabled": status.proactive_recall, "detail": out.reply}),
     ))
@@ -717,11 +582,7 @@ async fn memory_list(
     Path(kind): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let kind = target_kind(&kind).ok_or_else(|| ApiError::not_found("memory list"))?;
-    let rows = state
-        .service(MemoryMode::Persistent)
-        .memory_list(&owner.0, kind)
-        .await
-        .map_err(control_error)?;
+    let rows = state.service().memory_list(&owner.0, kind).await?;
     let list: Vec<Value> = rows
         .into_iter()
         .enumerate()
@@ -743,18 +604,12 @@ async fn memory_delete(
         .ok()
         .filter(|i| *i >= 1)
         .ok_or_else(|| ApiError::not_found("memory item"))?;
-    let svc = state.service(MemoryMode::Persistent);
-    let prepared = svc
-        .forget_prepare(&owner.0, kind, index)
-        .await
-        .map_err(control_error)?;
+    let svc = state.service();
+    let prepared = svc.forget_prepare(&owner.0, kind, index).await?;
     let Some(pending) = prepared.pending else {
         return Err(ApiError::not_found("memory item"));
     };
-    let done = svc
-        .forget_confirm(&owner.0, &pending)
-        .await
-        .map_err(control_error)?;
+    let done = svc.forget_confirm(&owner.0, &pending).await?;
     Ok(Json(json!({"deleted": done.changed, "detail": done.reply})))
 }
 
@@ -762,11 +617,7 @@ async fn memory_progress(
     State(state): State<AppState>,
     owner: Owner,
 ) -> Result<Json<Value>, ApiError> {
-    let progress = state
-        .service(MemoryMode::Persistent)
-        .progress(&owner.0)
-        .await
-        .map_err(control_error)?;
+    let progress = state.service().progress(&owner.0).await?;
     let sessions: Vec<Value> = progress
         .sessions
         .iter()

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use opencouch_runtime::service::{ErrorCode, ServiceError};
 use serde::Serialize;
 
 /// An API error. The message never echoes request content.
@@ -88,34 +89,42 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<opencouch_runtime::RuntimeError> for ApiError {
-    fn from(e: opencouch_runtime::RuntimeError) -> Self {
-        use opencouch_runtime::RuntimeError as E;
-        match &e {
-            E::InvalidInput(_) => ApiError::bad_request(e.code(), e.to_string()),
-            E::MessageTooLong { .. } => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.code(), e.to_string())
-            }
-            E::Store(_) => {
-                tracing::error!(error = %e, "runtime storage error");
-                ApiError::unavailable(e.code(), "storage is unavailable")
-            }
-            _ => {
-                tracing::error!(error = %e, "runtime error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    e.code(),
-                    "the turn could not be completed",
-                )
-            }
+impl From<ServiceError> for ApiError {
+    /// The HTTP form of a service error: its code decides the status; the
+    /// message is the service's words (never store details, which go to
+    /// the log here).
+    fn from(e: ServiceError) -> Self {
+        let code = e.code();
+        let status = status_of(code);
+        if status.is_server_error() {
+            tracing::error!(code = %code, error = %e, cause = ?e.cause(), "service error");
         }
+        ApiError::new(status, code.as_str(), e.message())
     }
 }
 
-impl From<opencouch_store::StoreError> for ApiError {
-    fn from(e: opencouch_store::StoreError) -> Self {
-        tracing::error!(error = %e, "store error");
+impl From<opencouch_runtime::service::UserError> for ApiError {
+    /// A failed token check: the store is unavailable (503, never 401).
+    fn from(e: opencouch_runtime::service::UserError) -> Self {
+        tracing::error!(error = %e, "user store error");
         ApiError::unavailable("storage_unavailable", "storage is unavailable")
+    }
+}
+
+/// The HTTP status of a service error code.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::InvalidInput | ErrorCode::MessageTooLong => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorCode::InvalidThreadId
+        | ErrorCode::InvalidOwner
+        | ErrorCode::InvalidMemoryAction
+        | ErrorCode::ForgetTokenUnknown => StatusCode::BAD_REQUEST,
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::ForgetTokenStale => StatusCode::CONFLICT,
+        ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        // The client left; nobody reads this status.
+        ErrorCode::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::ModelConfiguration | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -150,4 +159,21 @@ pub fn parse_required<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T,
             ),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_service_code_has_a_status_and_caller_errors_are_4xx() {
+        for code in ErrorCode::ALL {
+            let status = status_of(code);
+            assert_eq!(
+                status.is_client_error(),
+                code.is_caller_error(),
+                "{code}: {status}"
+            );
+        }
+    }
 }

@@ -13,7 +13,6 @@ pub mod conn;
 pub mod error;
 mod extract;
 pub mod guard;
-pub mod incognito;
 pub mod metrics;
 mod owner_data;
 pub mod progress;
@@ -21,13 +20,12 @@ pub mod web;
 mod ws;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use opencouch_config::Settings;
 use opencouch_core::MemoryMode;
-use opencouch_runtime::Runtime;
+use opencouch_runtime::service::{Host, Service, ServiceError, TurnEnd, TurnOutcome};
 
 pub use api::{metrics_router, router};
 pub use auth::{
@@ -105,8 +103,7 @@ pub struct AppState {
 }
 
 struct Inner {
-    persistent: Runtime,
-    incognito: Runtime,
+    service: Service,
     auth: AuthMode,
     limits: Limits,
     rate: RateLimiter,
@@ -114,22 +111,27 @@ struct Inner {
     tokens: auth::TokenCache,
     health: tokio::sync::Mutex<Option<(Instant, bool)>>,
     listen: OnceLock<SocketAddr>,
-    metrics: metrics::Metrics,
-    in_flight: AtomicUsize,
+    metrics: Arc<metrics::Metrics>,
 }
 
 /// How long `/api/health` reuses its store check.
 const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
 impl AppState {
-    /// State over two runtimes (persistent and incognito).
-    pub fn new(persistent: Runtime, incognito: Runtime, auth: AuthMode, limits: Limits) -> Self {
+    /// State over a host's service. Every finished turn of the service
+    /// (also one whose client left) is counted in this state's metrics.
+    pub fn new(service: Service, auth: AuthMode, limits: Limits) -> Self {
         let rate = RateLimiter::new(limits.rate_limit_per_minute);
         let unauthenticated = RateLimiter::new(limits.unauthenticated_rate_per_minute);
+        let metrics = Arc::new(metrics::Metrics::default());
+        let observed = metrics.clone();
+        service.observe_turns(Arc::new(move |end: &TurnEnd<'_>| match end.outcome {
+            TurnOutcome::Answered(output) => observed.turn(output, end.elapsed),
+            TurnOutcome::Failed { code } => observed.turn_error(code.as_str()),
+        }));
         AppState {
             inner: Arc::new(Inner {
-                persistent,
-                incognito,
+                service,
                 auth,
                 limits,
                 rate,
@@ -137,23 +139,14 @@ impl AppState {
                 tokens: auth::TokenCache::default(),
                 health: tokio::sync::Mutex::new(None),
                 listen: OnceLock::new(),
-                metrics: metrics::Metrics::default(),
-                in_flight: AtomicUsize::new(0),
+                metrics,
             }),
         }
     }
 
-    /// The runtime for a memory mode.
-    pub fn runtime(&self, mode: MemoryMode) -> &Runtime {
-        match mode {
-            MemoryMode::Incognito => &self.inner.incognito,
-            MemoryMode::Persistent => &self.inner.persistent,
-        }
-    }
-
-    /// The service API of the runtime for `mode`: what every handler calls.
-    pub fn service(&self, mode: MemoryMode) -> opencouch_runtime::Service {
-        self.runtime(mode).service()
+    /// The service API: what every handler calls.
+    pub fn service(&self) -> &Service {
+        &self.inner.service
     }
 
     /// The limits in force.
@@ -211,33 +204,17 @@ impl AppState {
         {
             return ok;
         }
-        let ok = self.service(MemoryMode::Persistent).store_ok().await;
+        let ok = self.service().store_ok().await;
         *cached = Some((Instant::now(), ok));
         ok
     }
 
-    /// Turns still running (graceful shutdown waits for them).
+    /// Turns still running in the service (a graceful stop waits for
+    /// them).
     pub fn in_flight(&self) -> usize {
-        self.inner.in_flight.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn turn_guard(&self) -> TurnGuard {
-        self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        TurnGuard(self.clone())
+        self.inner.service.running_turns()
     }
 }
-
-/// Counts a running turn until dropped.
-pub(crate) struct TurnGuard(AppState);
-
-impl Drop for TurnGuard {
-    fn drop(&mut self) {
-        self.0.inner.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// How long shutdown waits for background memory extraction.
-const EXTRACTION_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why `serve` failed.
 #[derive(Debug, thiserror::Error)]
@@ -248,9 +225,9 @@ pub enum ServeError {
     /// Refused by the auth policy.
     #[error(transparent)]
     Bind(#[from] BindError),
-    /// Building a runtime failed.
+    /// Starting the service failed (store, model configuration, data).
     #[error(transparent)]
-    Runtime(#[from] opencouch_runtime::RuntimeError),
+    Service(#[from] ServiceError),
     /// The address could not be bound (in use, not permitted, …). The OS
     /// reason is part of the message, not a separate cause, so it is
     /// printed once.
@@ -288,10 +265,6 @@ pub struct Listening {
     pub local_mode: bool,
 }
 
-/// How many idle incognito threads are kept at most (the least recently
-/// used go first).
-pub const INCOGNITO_MAX_THREADS: usize = 10_000;
-
 /// Runs the server until Ctrl-C / SIGTERM (see [`serve_with`]).
 ///
 /// # Errors
@@ -301,9 +274,10 @@ pub async fn serve(settings: &Settings, listen: &str) -> Result<(), ServeError> 
 }
 
 /// Runs the server until Ctrl-C / SIGTERM, then stops accepting, lets
-/// open requests finish and waits (up to the request timeout) for turns
-/// still running in the background. `on_listening` is called once every
-/// socket is bound, so nothing claims the server runs before it does.
+/// open requests finish and stops the host (which waits for turns still
+/// running, a crisis turn always, and flushes memory extraction).
+/// `on_listening` is called once every socket is bound, so nothing claims
+/// the server runs before it does.
 ///
 /// # Errors
 /// Bad address, auth refusal, runtime or socket failures.
@@ -318,16 +292,17 @@ pub async fn serve_with(
         .as_deref()
         .map(parse_listen)
         .transpose()?;
-    let persistent = Runtime::from_settings(settings, MemoryMode::Persistent).await?;
-    let users = UserDirectory::new(persistent.stores().users.clone());
+    // The host owns both memory modes, the session and incognito sweepers
+    // and background memory extraction; the server is one channel on it.
+    let host = Host::start(settings).await?;
+    let users = host.service().users();
     users
         .import_legacy(&settings.resolved_data_dir())
         .await
         .map_err(BindError::from)?;
     let auth = auth_mode_for(addr, users).await?;
-    let incognito = Runtime::from_settings(settings, MemoryMode::Incognito).await?;
     let local = matches!(auth, AuthMode::Local);
-    let state = AppState::new(persistent, incognito, auth, Limits::from_settings(settings));
+    let state = AppState::new(host.service(), auth, Limits::from_settings(settings));
     let listener = bind(addr).await?;
     let metrics_listener = match metrics_addr {
         Some(a) => Some(bind(a).await?),
@@ -341,17 +316,16 @@ pub async fn serve_with(
         },
         local_mode: local,
     };
-    let interval = Duration::from_secs(settings.sweep_interval_seconds.max(1));
-    let sweeper = state
-        .runtime(MemoryMode::Persistent)
-        .spawn_sweeper(interval);
-    let incognito_sweeper =
-        incognito::spawn_sweeper(state.clone(), interval, INCOGNITO_MAX_THREADS);
     tracing::info!(addr = %listening.addr, local_mode = local, "opencouch API listening");
     on_listening(&listening);
     let result = serve_listeners(listener, metrics_listener, state, shutdown_signal()).await;
-    sweeper.abort();
-    incognito_sweeper.abort();
+    let report = host.shutdown().await;
+    tracing::info!(
+        unfinished_turns = report.unfinished_turns,
+        unfinished_crisis_turns = report.unfinished_crisis_turns,
+        extraction = ?report.extraction,
+        "opencouch API stopped"
+    );
     result
 }
 
@@ -362,10 +336,10 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves; then stops
-/// accepting, lets open requests finish (a `POST /api/chat` in flight gets
-/// its reply) and waits, up to the request timeout, for turns still running
-/// in the background (streams whose client went away). A turn is never
-/// finalized half-way: it commits in one transaction or not at all.
+/// accepting and lets open requests finish (a `POST /api/chat` in flight
+/// gets its reply). Turns whose client went away keep running in the
+/// service; the host's stop ([`Host::shutdown`]) waits for them. A turn is
+/// never finalized half-way: it commits in one transaction or not at all.
 ///
 /// Connections get the header-read timeout and the connection caps of
 /// [`Limits::connections`].
@@ -428,21 +402,11 @@ pub async fn serve_listeners(
         let _ = task.await;
     }
     pruner.abort();
-    let deadline = tokio::time::Instant::now() + limits.request_timeout;
-    while state.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Background memory extraction of committed turns: let it land in the
-    // session buffers (or settle it deterministically) before exiting.
-    let flushed = state
-        .runtime(MemoryMode::Persistent)
-        .flush_memory_extraction(EXTRACTION_FLUSH_TIMEOUT)
-        .await;
-    tracing::info!(
-        unfinished = state.in_flight(),
-        extraction = ?flushed,
-        "opencouch API stopped"
-    );
+    // Turns whose client went away run on in the service: give them the
+    // request timeout (the host's stop also waits, and always for a
+    // crisis turn).
+    let idle = state.service().wait_idle(limits.request_timeout).await;
+    tracing::info!(turns_finished = idle, "opencouch API stopped accepting");
     Ok(())
 }
 

@@ -6,9 +6,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use opencouch_core::MemoryMode;
 use opencouch_runtime::service::{
-    ExportFormat, ExportRequest, ForgetMeConfirm, ForgetMeCounts, ForgetMeRequest, OwnerDataError,
+    ExportFormat, ExportRequest, ForgetMeConfirm, ForgetMeCounts, ForgetMeRequest,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -39,26 +38,6 @@ pub struct ForgetMeConfirmBody {
     pub token: String,
 }
 
-/// The HTTP form of a failed export or forget-me step.
-fn api_error(e: OwnerDataError) -> ApiError {
-    let code = e.code();
-    match e {
-        OwnerDataError::InvalidOwner(_) | OwnerDataError::Incognito => {
-            ApiError::bad_request(code, e.to_string())
-        }
-        OwnerDataError::UnknownToken => ApiError::bad_request(code, e.to_string()),
-        OwnerDataError::StaleToken(_) => ApiError::new(StatusCode::CONFLICT, code, e.to_string()),
-        OwnerDataError::Storage(_) => {
-            tracing::error!(error = %e, "export or forget-me: storage error");
-            ApiError::unavailable(code, "storage is unavailable")
-        }
-        OwnerDataError::Encode => {
-            tracing::error!("export could not be encoded");
-            ApiError::internal()
-        }
-    }
-}
-
 fn counts_json(c: &ForgetMeCounts) -> Value {
     serde_json::to_value(c).unwrap_or(Value::Null)
 }
@@ -82,13 +61,12 @@ pub(crate) async fn export(
         })?,
     };
     let file = state
-        .service(MemoryMode::Persistent)
+        .service()
         .export(&ExportRequest {
             owner: owner.0.clone(),
             format,
         })
-        .await
-        .map_err(api_error)?;
+        .await?;
     // The file name holds only letters, digits, `-`, `_` and `.`.
     let disposition = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", file.filename))
         .map_err(|_| ApiError::internal())?;
@@ -111,10 +89,9 @@ pub(crate) async fn forget_me_prepare(
 ) -> Result<Json<Value>, ApiError> {
     let _: ForgetMeBody = parse_json(&body, true)?;
     let plan = state
-        .service(MemoryMode::Persistent)
+        .service()
         .forget_me_prepare(&ForgetMeRequest { owner: owner.0 })
-        .await
-        .map_err(api_error)?;
+        .await?;
     Ok(Json(json!({
         "token": plan.token,
         "expires_at": plan.expires_at,
@@ -133,22 +110,15 @@ pub(crate) async fn forget_me_confirm(
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: ForgetMeConfirmBody = parse_required(&body)?;
-    let svc = state.service(MemoryMode::Persistent);
-    let confirm = ForgetMeConfirm {
-        owner: owner.0,
-        token: req.token,
-    };
-    // Its own task: a request that times out or is dropped never stops a
-    // deletion halfway; shutdown waits for it like a turn.
-    let guard = state.turn_guard();
-    let handle = tokio::spawn(async move {
-        let _guard = guard;
-        svc.forget_me_confirm(&confirm).await
-    });
-    let done = handle
-        .await
-        .map_err(|_| ApiError::internal())?
-        .map_err(api_error)?;
+    // The service runs the deletion in its own task: a request that times
+    // out or is dropped never stops it halfway; a graceful stop waits for it.
+    let done = state
+        .service()
+        .forget_me_confirm(&ForgetMeConfirm {
+            owner: owner.0,
+            token: req.token,
+        })
+        .await?;
     Ok(Json(json!({
         "deleted": counts_json(&done.counts),
         "total": done.counts.deleted(),

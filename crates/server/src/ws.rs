@@ -190,8 +190,8 @@ async fn session(state: AppState, caller: Caller, token: Option<String>, socket:
         return;
     }
     let parsed = parse_required::<ChatRequest>(text.as_bytes())
-        .and_then(|req| state.caller_input(&caller, req));
-    let (input, client_thread) = match parsed {
+        .and_then(|req| state.prepare_turn(&caller, req));
+    let turn = match parsed {
         Ok(v) => v,
         Err(e) => {
             state.metrics().rejected(e.code);
@@ -200,7 +200,7 @@ async fn session(state: AppState, caller: Caller, token: Option<String>, socket:
             return;
         }
     };
-    let mut events = std::pin::pin!(turn_events(&state, &caller, input, client_thread));
+    let mut events = std::pin::pin!(turn_events(turn.stream()));
     let mut reading = true;
     loop {
         tokio::select! {

@@ -135,13 +135,7 @@ async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
 #[tokio::test]
 async fn revoked_token_is_rejected_at_once() {
     let f = fixture().await;
-    let users = opencouch_server::UserDirectory::new(
-        f.state
-            .runtime(MemoryMode::Persistent)
-            .stores()
-            .users
-            .clone(),
-    );
+    let users = f.state.service().users();
     let carol = users.add("carol", chrono::Utc::now()).await.unwrap();
     assert_eq!(
         call(&f.app, GET, "/api/threads", Some(&carol), None)
@@ -285,14 +279,14 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
         assert!(v["message"].is_string());
     }
     assert_eq!(
-        stored_threads(&f.state).await,
+        stored_threads(&f.rt).await,
         0,
         "a rejected request writes nothing"
     );
 
     // Other bodies: unknown fields and bad enum values.
     chat(&f, &f.alice, "t1", "hello").await;
-    let before = stored_threads(&f.state).await;
+    let before = stored_threads(&f.rt).await;
     let cases = [
         (
             Method::PATCH,
@@ -323,7 +317,7 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
         let (got, v) = call(&f.app, m, uri, Some(&f.alice), Some(body)).await;
         assert_eq!(got, status, "{uri} {body}: {v}");
     }
-    assert_eq!(stored_threads(&f.state).await, before);
+    assert_eq!(stored_threads(&f.rt).await, before);
     let (_, status) = call(&f.app, GET, "/api/memory/status", Some(&f.alice), None).await;
     assert_eq!(
         status["proactive_recall_enabled"], false,
@@ -500,13 +494,12 @@ async fn incognito_requests_use_the_incognito_runtime() {
     let (status, _) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(body)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
-        stored_threads(&f.state).await,
+        stored_threads(&f.rt).await,
         0,
         "nothing in the persistent store"
     );
     let n = f
-        .state
-        .runtime(MemoryMode::Incognito)
+        .incognito
         .stores()
         .threads
         .list_threads(10)
@@ -517,7 +510,7 @@ async fn incognito_requests_use_the_incognito_runtime() {
 }
 
 async fn save_rule(f: &common::Fixture, owner: &str, text: &str) {
-    common::save_rule(&f.state, owner, text).await;
+    common::save_rule(&f.rt, owner, text).await;
 }
 
 #[tokio::test]
@@ -655,9 +648,9 @@ async fn metrics_count_turns_by_route_and_level() {
 #[tokio::test]
 async fn progress_charts_mood_per_session_from_the_arcs() {
     let f = fixture().await;
-    common::seed_arc(&f.state, "alice", 3, "anxious", "a little better").await;
-    common::seed_arc(&f.state, "alice", 10, "overwhelmed", "not stated").await;
-    common::seed_arc(&f.state, "bob", 1, "sad", "calmer").await;
+    common::seed_arc(&f.rt, "alice", 3, "anxious", "a little better").await;
+    common::seed_arc(&f.rt, "alice", 10, "overwhelmed", "not stated").await;
+    common::seed_arc(&f.rt, "bob", 1, "sad", "calmer").await;
     let (status, p) = call(&f.app, GET, "/api/memory/progress", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK, "{p}");
     let sessions = p["sessions"].as_array().unwrap();
@@ -687,7 +680,7 @@ async fn progress_charts_mood_per_session_from_the_arcs() {
     assert_eq!(p["sessions"].as_array().unwrap().len(), 1);
     // Exercises of ended sessions are counted from their arcs.
     common::seed_arc_with(
-        &f.state,
+        &f.rt,
         "alice",
         2,
         "tense",
@@ -696,7 +689,7 @@ async fn progress_charts_mood_per_session_from_the_arcs() {
     )
     .await;
     common::seed_arc_with(
-        &f.state,
+        &f.rt,
         "alice",
         1,
         "tense",
@@ -839,15 +832,15 @@ async fn an_unreadable_user_store_is_503_not_401() {
         .await
         .unwrap();
     let stores = sqlite.clone().into_stores();
-    let users = opencouch_server::UserDirectory::new(stores.users.clone());
-    let token = users.add("carol", chrono::Utc::now()).await.unwrap();
     let opts = opencouch_runtime::RuntimeOptions::default();
     let p = opencouch_runtime::Runtime::persistent(stores, None, opts.clone());
     let i =
         opencouch_runtime::Runtime::incognito(opencouch_store::EphemeralStores::new(), None, opts);
+    let svc = common::service(&p, &i, MemoryMode::Persistent);
+    let users = svc.users();
+    let token = users.add("carol", chrono::Utc::now()).await.unwrap();
     let app = opencouch_server::router(opencouch_server::AppState::new(
-        p,
-        i,
+        svc,
         opencouch_server::AuthMode::Tokens(users),
         limits(),
     ));

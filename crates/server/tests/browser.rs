@@ -56,7 +56,7 @@ async fn start(
     users: &[&str],
 ) -> (
     String,
-    AppState,
+    Runtime,
     Vec<String>,
     tokio::sync::oneshot::Sender<()>,
 ) {
@@ -67,7 +67,8 @@ async fn start(
     let opts = RuntimeOptions::default();
     let persistent = Runtime::persistent(stores, None, opts.clone());
     let incognito = Runtime::incognito(EphemeralStores::new(), None, opts);
-    let dir_users = UserDirectory::new(persistent.stores().users.clone());
+    let svc = common::service(&persistent, &incognito, MemoryMode::Persistent);
+    let dir_users = svc.users();
     let mut tokens = Vec::new();
     for name in users {
         tokens.push(dir_users.add(name, chrono::Utc::now()).await.unwrap());
@@ -77,7 +78,7 @@ async fn start(
     } else {
         AuthMode::Tokens(dir_users)
     };
-    let state = AppState::new(persistent, incognito, auth, common::limits());
+    let state = AppState::new(svc, auth, common::limits());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -88,7 +89,7 @@ async fn start(
         })
         .await;
     });
-    (url, state, tokens, tx)
+    (url, persistent, tokens, tx)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,16 +104,16 @@ async fn web_page_works_in_headless_chromium() {
     }
     let data = tempfile::tempdir().unwrap();
     let local_data = tempfile::tempdir().unwrap();
-    let (url, state, tokens, stop) = start(data.path(), &["alice"]).await;
-    let (local_url, _local_state, _, stop_local) = start(local_data.path(), &[]).await;
+    let (url, persistent_rt, tokens, stop) = start(data.path(), &["alice"]).await;
+    let (local_url, _local_rt, _, stop_local) = start(local_data.path(), &[]).await;
     let faulty_data = tempfile::tempdir().unwrap();
     let (faulty_url, stop_faulty) = start_faulty(faulty_data.path()).await;
 
     // Seeds: three past sessions for the mood chart, one saved preference.
-    common::seed_arc(&state, "alice", 14, "overwhelmed", "okay").await;
-    common::seed_arc(&state, "alice", 7, "anxious", "a little better").await;
-    common::seed_arc(&state, "alice", 2, "sad", "not stated").await;
-    common::save_rule(&state, "alice", "please keep answers short").await;
+    common::seed_arc(&persistent_rt, "alice", 14, "overwhelmed", "okay").await;
+    common::seed_arc(&persistent_rt, "alice", 7, "anxious", "a little better").await;
+    common::seed_arc(&persistent_rt, "alice", 2, "sad", "not stated").await;
+    common::save_rule(&persistent_rt, "alice", "please keep answers short").await;
 
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -151,8 +152,7 @@ async fn web_page_works_in_headless_chromium() {
     assert!(passed.len() >= 12, "scenarios reported: {passed:?}");
 
     // What the page did is really in the store.
-    let rt = state.runtime(MemoryMode::Persistent);
-    let svc = rt.memory_control();
+    let svc = persistent_rt.memory_control();
     let snap = svc.snapshot("alice").await.unwrap();
     assert!(
         snap.rules.is_empty(),
@@ -194,8 +194,11 @@ async fn start_faulty(dir: &Path) -> (String, tokio::sync::oneshot::Sender<()>) 
     faults.set(Fault::Commit, true);
     let opts = RuntimeOptions::default();
     let state = AppState::new(
-        Runtime::persistent(stores, None, opts.clone()),
-        Runtime::incognito(EphemeralStores::new(), None, opts),
+        common::service(
+            &Runtime::persistent(stores, None, opts.clone()),
+            &Runtime::incognito(EphemeralStores::new(), None, opts),
+            MemoryMode::Persistent,
+        ),
         AuthMode::Local,
         common::limits(),
     );

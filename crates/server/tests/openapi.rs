@@ -176,8 +176,8 @@ fn assert_valid(d: &Value, pointer: &str, what: &str, body: &Value) {
 async fn real_responses_match_the_documented_schemas() {
     let f = fixture().await;
     let d = doc();
-    common::save_rule(&f.state, "alice", "keep replies short").await;
-    seed_arc(&f.state, "alice", 3, "anxious", "calmer").await;
+    common::save_rule(&f.rt, "alice", "keep replies short").await;
+    seed_arc(&f.rt, "alice", 3, "anxious", "calmer").await;
     let a = Some(f.alice.as_str());
     let chat = |m: &str, t: &str| json!({"message": m, "thread_id": t}).to_string();
     let long = "a".repeat(4001);

@@ -68,16 +68,8 @@ async fn export_answers_the_callers_data_as_json_or_markdown() {
     )
     .await;
     chat(&f.app, &f.bob, "b1", "Bob's own secret Quarantotto").await;
-    save_rule(&f.state, "alice", "keep replies short").await;
-    seed_arc_with(
-        &f.state,
-        "alice",
-        2,
-        "anxious",
-        "calmer",
-        &["box_breathing"],
-    )
-    .await;
+    save_rule(&f.rt, "alice", "keep replies short").await;
+    seed_arc_with(&f.rt, "alice", 2, "anxious", "calmer", &["box_breathing"]).await;
 
     let (status, h, body) = raw(&f.app, GET, "/api/export", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -144,7 +136,7 @@ async fn forget_me_prepares_confirms_and_deletes_only_the_caller() {
     let f = fixture().await;
     chat(&f.app, &f.alice, "t1", "I have been worried about my exams").await;
     chat(&f.app, &f.bob, "b1", "I keep thinking about work").await;
-    save_rule(&f.state, "alice", "keep replies short").await;
+    save_rule(&f.rt, "alice", "keep replies short").await;
 
     let (status, plan) = call(&f.app, POST, "/api/forget-me", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK, "{plan}");
@@ -224,7 +216,7 @@ async fn forget_me_prepares_confirms_and_deletes_only_the_caller() {
         (StatusCode::CONFLICT, Some("forget_token_stale"))
     );
     assert_eq!(
-        common::stored_threads(&f.state).await,
+        common::stored_threads(&f.rt).await,
         2,
         "nothing deleted yet"
     );
@@ -251,7 +243,7 @@ async fn forget_me_prepares_confirms_and_deletes_only_the_caller() {
     let (status, threads) = call(&f.app, GET, "/api/threads", Some(&f.bob), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(threads[0]["thread_id"], "b1");
-    assert_eq!(common::stored_threads(&f.state).await, 1);
+    assert_eq!(common::stored_threads(&f.rt).await, 1);
 }
 
 #[tokio::test]

@@ -14,8 +14,8 @@ use chrono::{Duration, TimeZone, Utc};
 use common::{call, fixture};
 use http_body_util::BodyExt;
 use opencouch_core::{Channel, MemoryMode, Message, ThreadState};
-use opencouch_server::AppState;
-use opencouch_server::api::{OPENAPI_JSON, storage_thread_id};
+use opencouch_runtime::Runtime;
+use opencouch_server::api::OPENAPI_JSON;
 use opencouch_store::{SessionWrite, TurnCommit};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -51,8 +51,8 @@ fn next_link(headers: &HeaderMap) -> Option<String> {
 
 /// Stores a thread for `owner` directly (as turns would), with `messages`
 /// transcript entries, updated `minutes` after a fixed start.
-async fn seed(state: &AppState, owner: &str, id: &str, messages: usize, minutes: i64) {
-    let thread = storage_thread_id(owner, id);
+async fn seed(rt: &Runtime, owner: &str, id: &str, messages: usize, minutes: i64) {
+    let thread = format!("{owner}:{id}");
     let mut st = ThreadState::new(thread.as_str(), Channel::Web);
     st.user_id = Some(owner.to_owned());
     st.turn_count = messages.div_ceil(2) as u64;
@@ -66,9 +66,7 @@ async fn seed(state: &AppState, owner: &str, id: &str, messages: usize, minutes:
         })
         .collect();
     let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::minutes(minutes);
-    state
-        .runtime(MemoryMode::Persistent)
-        .stores()
+    rt.stores()
         .threads
         .commit_turn(TurnCommit {
             state: st,
@@ -93,10 +91,10 @@ fn ids(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn another_users_threads_never_hide_yours() {
     let f = fixture().await;
-    seed(&f.state, "alice", "mine-1", 2, 0).await;
-    seed(&f.state, "alice", "mine-2", 2, 1).await;
+    seed(&f.rt, "alice", "mine-1", 2, 0).await;
+    seed(&f.rt, "alice", "mine-2", 2, 1).await;
     for i in 0..10_050 {
-        seed(&f.state, "bob", &format!("flood-{i}"), 2, 10 + i).await;
+        seed(&f.rt, "bob", &format!("flood-{i}"), 2, 10 + i).await;
     }
     let (status, headers, v) = get(&f.app, "/api/threads", &f.alice).await;
     assert_eq!(status, StatusCode::OK);
@@ -113,12 +111,12 @@ async fn another_users_threads_never_hide_yours() {
 async fn thread_list_pages_through_link_headers() {
     let f = fixture().await;
     for i in 0..25 {
-        seed(&f.state, "alice", &format!("t{i:02}"), 2, i).await;
+        seed(&f.rt, "alice", &format!("t{i:02}"), 2, i).await;
     }
     // Same time, different ids: ties still page without loss.
-    seed(&f.state, "alice", "same a", 2, 30).await;
-    seed(&f.state, "alice", "same b", 2, 30).await;
-    seed(&f.state, "bob", "bobs", 2, 40).await;
+    seed(&f.rt, "alice", "same a", 2, 30).await;
+    seed(&f.rt, "alice", "same b", 2, 30).await;
+    seed(&f.rt, "bob", "bobs", 2, 40).await;
 
     // No parameters: the first 20, as before, plus a Link to the rest.
     let (status, headers, v) = get(&f.app, "/api/threads", &f.alice).await;
@@ -193,7 +191,7 @@ async fn thread_list_pages_through_link_headers() {
 async fn history_pages_backwards_to_the_first_message() {
     let f = fixture().await;
     let id = "a long talk/ü?";
-    seed(&f.state, "alice", id, 1_201, 0).await;
+    seed(&f.rt, "alice", id, 1_201, 0).await;
     let base = format!("/api/threads/{}/history", "a%20long%20talk%2F%C3%BC%3F");
 
     // No parameters: the newest 50, as before.

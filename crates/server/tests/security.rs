@@ -42,14 +42,19 @@ async fn start(state: AppState) -> SocketAddr {
 
 fn local_state(limits: Limits) -> AppState {
     let (p, i) = common::runtimes();
-    AppState::new(p, i, AuthMode::Local, limits)
+    AppState::new(
+        common::service(&p, &i, MemoryMode::Persistent),
+        AuthMode::Local,
+        limits,
+    )
 }
 
 async fn token_state(limits: Limits) -> (AppState, UserDirectory, String) {
     let (p, i) = common::runtimes();
-    let users = UserDirectory::new(p.stores().users.clone());
+    let svc = common::service(&p, &i, MemoryMode::Persistent);
+    let users = svc.users();
     let alice = users.add("alice", chrono::Utc::now()).await.unwrap();
-    let state = AppState::new(p, i, AuthMode::Tokens(users.clone()), limits);
+    let state = AppState::new(svc, AuthMode::Tokens(users.clone()), limits);
     (state, users, alice)
 }
 
@@ -71,7 +76,14 @@ async fn slow_state(latency: Duration, limits: Limits) -> (AppState, FakeOpenAi)
     };
     let p = Runtime::persistent(Stores::in_memory(), Some(model.clone()), opts.clone());
     let i = Runtime::incognito(EphemeralStores::new(), Some(model), opts);
-    (AppState::new(p, i, AuthMode::Local, limits), fake)
+    (
+        AppState::new(
+            common::service(&p, &i, MemoryMode::Persistent),
+            AuthMode::Local,
+            limits,
+        ),
+        fake,
+    )
 }
 
 /// A parsed HTTP/1.1 response.
@@ -599,7 +611,7 @@ async fn next_msg(ws: &mut Ws) -> Option<Message> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_opened_before_a_revocation_runs_no_turn() {
     let (state, users, alice) = token_state(common::limits()).await;
-    let stores = state.service(opencouch_core::MemoryMode::Persistent);
+    let stores = state.service().clone();
     let addr = start(state).await;
     let mut req = format!("ws://{addr}/api/chat/ws")
         .into_client_request()
@@ -627,7 +639,10 @@ async fn a_websocket_opened_before_a_revocation_runs_no_turn() {
     assert_eq!(events[0]["type"], "error");
     assert_eq!(events[0]["code"], "unauthorized");
     assert_eq!(closed.map(|c| u16::from(c.code)), Some(1008));
-    let page = stores.threads(None, 10, None).await.unwrap();
+    let page = stores
+        .threads(&opencouch_runtime::service::Caller::local(None), 10, None)
+        .await
+        .unwrap();
     assert!(page.threads.is_empty(), "nothing was saved");
 }
 
@@ -901,51 +916,5 @@ async fn history_and_a_timed_out_request_carry_their_headers() {
     assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"), "{r:?}");
 }
 
-// ---- item 10: incognito threads are bounded ----
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn incognito_threads_are_dropped_when_idle_or_over_the_cap() {
-    let state = local_state(common::limits());
-    let app = opencouch_server::router(state.clone());
-    for i in 0..30 {
-        let body = serde_json::json!({
-            "message": "hello", "thread_id": format!("inc-{i}"), "memory_mode": "incognito"
-        })
-        .to_string();
-        let (status, v) = common::call(
-            &app,
-            axum::http::Method::POST,
-            "/api/chat",
-            None,
-            Some(&body),
-        )
-        .await;
-        assert_eq!(status, 200, "{v}");
-    }
-    let incognito = || async {
-        state
-            .runtime(MemoryMode::Incognito)
-            .stores()
-            .threads
-            .list_threads(1000)
-            .await
-            .unwrap()
-            .len()
-    };
-    assert_eq!(incognito().await, 30);
-    let now = chrono::Utc::now();
-    let swept = opencouch_server::incognito::sweep(&state, now, 10)
-        .await
-        .unwrap();
-    assert_eq!((swept.over_cap, swept.kept), (20, 10), "{swept:?}");
-    assert_eq!(incognito().await, 10);
-    // Past the session timeout every idle thread goes.
-    let later = now + chrono::Duration::hours(2);
-    let swept = opencouch_server::incognito::sweep(&state, later, 10)
-        .await
-        .unwrap();
-    assert_eq!(swept.idle, 10, "{swept:?}");
-    assert_eq!(incognito().await, 0);
-    // Persistent threads are never touched by the incognito sweep.
-    assert_eq!(common::stored_threads(&state).await, 0);
-}
+// ---- item 10: incognito threads are bounded: the host's incognito sweeper,
+// tested in crates/runtime/tests/host.rs ----

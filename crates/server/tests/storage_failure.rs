@@ -35,8 +35,11 @@ fn app_over(stores: Stores, faults: FaultSwitch) -> (axum::Router, FaultSwitch) 
 fn app_with_auth(stores: Stores, auth: AuthMode) -> axum::Router {
     let opts = RuntimeOptions::default();
     let state = AppState::new(
-        Runtime::persistent(stores, None, opts.clone()),
-        Runtime::incognito(EphemeralStores::new(), None, opts),
+        common::service(
+            &Runtime::persistent(stores, None, opts.clone()),
+            &Runtime::incognito(EphemeralStores::new(), None, opts),
+            opencouch_core::MemoryMode::Persistent,
+        ),
         auth,
         common::limits(),
     );

@@ -196,8 +196,11 @@ async fn broken_store_app() -> (axum::Router, tempfile::TempDir) {
     let p = opencouch_runtime::Runtime::persistent(sqlite.into_stores(), None, opts.clone());
     let i =
         opencouch_runtime::Runtime::incognito(opencouch_store::EphemeralStores::new(), None, opts);
-    let state =
-        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Local, common::limits());
+    let state = opencouch_server::AppState::new(
+        common::service(&p, &i, opencouch_core::MemoryMode::Persistent),
+        opencouch_server::AuthMode::Local,
+        common::limits(),
+    );
     (opencouch_server::router(state), dir)
 }
 
@@ -352,8 +355,12 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
         Some(model),
         opts,
     );
-    let state =
-        opencouch_server::AppState::new(p, i, opencouch_server::AuthMode::Local, common::limits());
+    let p_rt = p.clone();
+    let state = opencouch_server::AppState::new(
+        common::service(&p, &i, opencouch_core::MemoryMode::Persistent),
+        opencouch_server::AuthMode::Local,
+        common::limits(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -387,8 +394,7 @@ async fn graceful_shutdown_finishes_the_turn_in_flight() {
     );
     server.await.unwrap().unwrap();
     assert_eq!(state.in_flight(), 0);
-    let snap = state
-        .runtime(opencouch_core::MemoryMode::Persistent)
+    let snap = p_rt
         .stores()
         .threads
         .load("local:g1", 10)
@@ -445,11 +451,11 @@ async fn slow_streaming_app() -> (std::net::SocketAddr, String, opencouch_testki
         Some(model),
         opts,
     );
-    let users = opencouch_server::UserDirectory::new(p.stores().users.clone());
+    let svc = common::service(&p, &i, opencouch_core::MemoryMode::Persistent);
+    let users = svc.users();
     let token = users.add("carol", chrono::Utc::now()).await.unwrap();
     let state = opencouch_server::AppState::new(
-        p,
-        i,
+        svc,
         opencouch_server::AuthMode::Tokens(users),
         common::limits(),
     );

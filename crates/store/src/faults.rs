@@ -50,6 +50,9 @@ struct Flags {
     memory: AtomicBool,
     crisis: AtomicBool,
     users: AtomicBool,
+    /// Milliseconds each operation of a group waits before it runs (a
+    /// stalled database: a held lock, a long vacuum).
+    stalls: [std::sync::atomic::AtomicU64; 5],
 }
 
 /// Turns faults on and off while the wrapped stores are in use.
@@ -72,6 +75,13 @@ impl FaultSwitch {
         self.flag(fault).store(on, Ordering::SeqCst);
     }
 
+    /// Makes `fault`'s operations wait `delay` before they run (or fail),
+    /// as behind a lock another transaction holds; zero ends the stall.
+    pub fn stall(&self, fault: Fault, delay: std::time::Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.0.stalls[fault as usize].store(ms, Ordering::SeqCst);
+    }
+
     /// Every fault at once: the database is gone.
     pub fn set_all(&self, on: bool) {
         for f in [
@@ -85,7 +95,11 @@ impl FaultSwitch {
         }
     }
 
-    fn check(&self, fault: Fault) -> StoreResult<()> {
+    async fn check(&self, fault: Fault) -> StoreResult<()> {
+        let stall = self.0.stalls[fault as usize].load(Ordering::SeqCst);
+        if stall > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(stall)).await;
+        }
         if self.flag(fault).load(Ordering::SeqCst) {
             Err(StoreError::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
@@ -129,12 +143,12 @@ struct Faulty {
 #[async_trait]
 impl ThreadStore for Faulty {
     async fn load(&self, thread_id: &str, recent: usize) -> StoreResult<Option<ThreadSnapshot>> {
-        self.switch.check(Fault::Load)?;
+        self.switch.check(Fault::Load).await?;
         self.inner.threads.load(thread_id, recent).await
     }
 
     async fn commit_turn(&self, commit: TurnCommit) -> StoreResult<CommitOutcome> {
-        self.switch.check(Fault::Commit)?;
+        self.switch.check(Fault::Commit).await?;
         self.inner.threads.commit_turn(commit).await
     }
 
@@ -144,7 +158,7 @@ impl ThreadStore for Faulty {
         limit: usize,
         before: Option<u64>,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        self.switch.check(Fault::Load)?;
+        self.switch.check(Fault::Load).await?;
         self.inner.threads.history(thread_id, limit, before).await
     }
 
@@ -154,7 +168,7 @@ impl ThreadStore for Faulty {
         limit: usize,
         after: Option<&ThreadCursor>,
     ) -> StoreResult<ThreadPage> {
-        self.switch.check(Fault::Load)?;
+        self.switch.check(Fault::Load).await?;
         self.inner
             .threads
             .list_threads_page(owner, limit, after)
@@ -162,7 +176,7 @@ impl ThreadStore for Faulty {
     }
 
     async fn delete_thread(&self, thread_id: &str) -> StoreResult<bool> {
-        self.switch.check(Fault::Commit)?;
+        self.switch.check(Fault::Commit).await?;
         self.inner.threads.delete_thread(thread_id).await
     }
 }
@@ -170,17 +184,17 @@ impl ThreadStore for Faulty {
 #[async_trait]
 impl SessionStore for Faulty {
     async fn get(&self, thread_id: &str) -> StoreResult<Option<ActiveSession>> {
-        self.switch.check(Fault::Load)?;
+        self.switch.check(Fault::Load).await?;
         self.inner.sessions.get(thread_id).await
     }
 
     async fn put(&self, session: &ActiveSession) -> StoreResult<()> {
-        self.switch.check(Fault::Commit)?;
+        self.switch.check(Fault::Commit).await?;
         self.inner.sessions.put(session).await
     }
 
     async fn mark_finalize_required(&self, thread_id: &str, reason: &str) -> StoreResult<bool> {
-        self.switch.check(Fault::Commit)?;
+        self.switch.check(Fault::Commit).await?;
         self.inner
             .sessions
             .mark_finalize_required(thread_id, reason)
@@ -188,12 +202,12 @@ impl SessionStore for Faulty {
     }
 
     async fn clear(&self, thread_id: &str) -> StoreResult<bool> {
-        self.switch.check(Fault::Commit)?;
+        self.switch.check(Fault::Commit).await?;
         self.inner.sessions.clear(thread_id).await
     }
 
     async fn list(&self) -> StoreResult<Vec<ActiveSession>> {
-        self.switch.check(Fault::Load)?;
+        self.switch.check(Fault::Load).await?;
         self.inner.sessions.list().await
     }
 }
@@ -201,7 +215,7 @@ impl SessionStore for Faulty {
 #[async_trait]
 impl MemoryStore for Faulty {
     async fn put(&self, record: &MemoryRecord) -> StoreResult<()> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.put(record).await
     }
 
@@ -211,32 +225,32 @@ impl MemoryStore for Faulty {
         kind: MemoryKind,
         id: &str,
     ) -> StoreResult<Option<MemoryRecord>> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.get(owner_id, kind, id).await
     }
 
     async fn list(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<Vec<MemoryRecord>> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.list(owner_id, kind).await
     }
 
     async fn update(&self, record: &MemoryRecord) -> StoreResult<bool> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.update(record).await
     }
 
     async fn delete(&self, owner_id: &str, kind: MemoryKind, id: &str) -> StoreResult<bool> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.delete(owner_id, kind, id).await
     }
 
     async fn count(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.count(owner_id, kind).await
     }
 
     async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
-        self.switch.check(Fault::Memory)?;
+        self.switch.check(Fault::Memory).await?;
         self.inner.memory.revision(owner_id, kind).await
     }
 }
@@ -244,27 +258,27 @@ impl MemoryStore for Faulty {
 #[async_trait]
 impl CrisisLog for Faulty {
     async fn append(&self, record: &CrisisRecord) -> StoreResult<bool> {
-        self.switch.check(Fault::CrisisLog)?;
+        self.switch.check(Fault::CrisisLog).await?;
         self.inner.crisis.append(record).await
     }
 
     async fn daily_counts(&self, since: NaiveDate) -> StoreResult<Vec<DailyCrisisCount>> {
-        self.switch.check(Fault::CrisisLog)?;
+        self.switch.check(Fault::CrisisLog).await?;
         self.inner.crisis.daily_counts(since).await
     }
 
     async fn purge_before(&self, cutoff: DateTime<Utc>, now: DateTime<Utc>) -> StoreResult<u64> {
-        self.switch.check(Fault::CrisisLog)?;
+        self.switch.check(Fault::CrisisLog).await?;
         self.inner.crisis.purge_before(cutoff, now).await
     }
 
     async fn count(&self) -> StoreResult<u64> {
-        self.switch.check(Fault::CrisisLog)?;
+        self.switch.check(Fault::CrisisLog).await?;
         self.inner.crisis.count().await
     }
 
     async fn list_for_session(&self, session_id_opaque: &str) -> StoreResult<Vec<CrisisRecord>> {
-        self.switch.check(Fault::CrisisLog)?;
+        self.switch.check(Fault::CrisisLog).await?;
         self.inner.crisis.list_for_session(session_id_opaque).await
     }
 }
@@ -272,27 +286,27 @@ impl CrisisLog for Faulty {
 #[async_trait]
 impl UserStore for Faulty {
     async fn add_user(&self, user: &ApiUser) -> StoreResult<()> {
-        self.switch.check(Fault::Users)?;
+        self.switch.check(Fault::Users).await?;
         self.inner.users.add_user(user).await
     }
 
     async fn list_users(&self) -> StoreResult<Vec<ApiUser>> {
-        self.switch.check(Fault::Users)?;
+        self.switch.check(Fault::Users).await?;
         self.inner.users.list_users().await
     }
 
     async fn revoke_user(&self, name: &str, at: DateTime<Utc>) -> StoreResult<bool> {
-        self.switch.check(Fault::Users)?;
+        self.switch.check(Fault::Users).await?;
         self.inner.users.revoke_user(name, at).await
     }
 
     async fn active_user_by_token(&self, token_sha256: &str) -> StoreResult<Option<ApiUser>> {
-        self.switch.check(Fault::Users)?;
+        self.switch.check(Fault::Users).await?;
         self.inner.users.active_user_by_token(token_sha256).await
     }
 
     async fn has_active_users(&self) -> StoreResult<bool> {
-        self.switch.check(Fault::Users)?;
+        self.switch.check(Fault::Users).await?;
         self.inner.users.has_active_users().await
     }
 }

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use opencouch_core::MemoryMode;
 use opencouch_memory::MemoryKind;
 use opencouch_memory::backend::{decode_arc, decode_fact};
 use opencouch_memory::types::{ProceduralProfile, ProceduralRule};
@@ -19,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{OwnerDataError, check_owner};
-use crate::Service;
+use crate::service::api::Service;
+use crate::service::error::ServiceError;
 use crate::thread_id::unscoped_thread_id;
 
 /// The schema name and version of [`ExportDocument`]. A change that could
@@ -522,14 +522,10 @@ impl Service {
     /// Everything kept for `owner`, as one document.
     ///
     /// # Errors
-    /// [`OwnerDataError::InvalidOwner`], [`OwnerDataError::Incognito`] (an
-    /// incognito service keeps nothing), storage failures.
-    pub async fn export_document(&self, owner: &str) -> Result<ExportDocument, OwnerDataError> {
+    /// [`OwnerDataError::InvalidOwner`], storage failures.
+    pub async fn export_document(&self, owner: &str) -> Result<ExportDocument, ServiceError> {
         check_owner(owner)?;
-        if self.memory_mode() == MemoryMode::Incognito {
-            return Err(OwnerDataError::Incognito);
-        }
-        let stores = self.rt.stores();
+        let stores = self.persistent.stores();
         let mut threads = Vec::new();
         let mut open_exercises = Vec::new();
         for stored in stores.owners.owner_threads(owner).await? {

@@ -17,13 +17,14 @@
 //! rest in one transaction, then drops the owner's cached retrieval index.
 
 use chrono::{DateTime, Duration, Utc};
-use opencouch_core::MemoryMode;
 use opencouch_store::OwnerCounts;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{OwnerDataError, check_owner};
-use crate::Service;
+use crate::error::ErrorCode;
+use crate::service::api::Service;
+use crate::service::error::ServiceError;
 
 /// How long a forget-me token stays valid.
 pub const FORGET_ME_TOKEN_TTL: Duration = Duration::minutes(10);
@@ -175,7 +176,6 @@ pub struct ForgetMeDone {
 }
 
 /// Said when an incognito service is asked to forget.
-const NOTHING_IN_INCOGNITO: &str = "Nothing is kept in incognito, so there is nothing to delete: it is gone when the session ends.";
 /// Said when nothing is stored for the owner.
 const NOTHING_KEPT: &str = "Nothing is kept for you, so there is nothing to delete.";
 
@@ -296,18 +296,10 @@ impl Service {
     pub async fn forget_me_prepare(
         &self,
         req: &ForgetMeRequest,
-    ) -> Result<ForgetMePlan, OwnerDataError> {
+    ) -> Result<ForgetMePlan, ServiceError> {
         check_owner(&req.owner)?;
-        if self.memory_mode() == MemoryMode::Incognito {
-            return Ok(ForgetMePlan {
-                token: None,
-                expires_at: None,
-                counts: ForgetMeCounts::default(),
-                message: NOTHING_IN_INCOGNITO.to_owned(),
-            });
-        }
         let counts: ForgetMeCounts = self
-            .rt
+            .persistent
             .stores()
             .owners
             .owner_counts(&req.owner)
@@ -335,27 +327,41 @@ impl Service {
     /// exactly what was deleted.
     ///
     /// # Errors
-    /// [`OwnerDataError::InvalidOwner`], [`OwnerDataError::Incognito`],
+    /// [`OwnerDataError::InvalidOwner`],
     /// [`OwnerDataError::UnknownToken`], [`OwnerDataError::StaleToken`],
     /// storage failures (part may be deleted then: prepare and confirm
     /// again to finish).
     pub async fn forget_me_confirm(
         &self,
         req: &ForgetMeConfirm,
-    ) -> Result<ForgetMeDone, OwnerDataError> {
+    ) -> Result<ForgetMeDone, ServiceError> {
+        // Its own task, counted like a turn: a caller that goes away never
+        // stops a deletion halfway, and a graceful stop waits for it.
+        let running = self.turns().start();
+        let svc = self.clone();
+        let req = req.clone();
+        tokio::spawn(async move {
+            let _running = running;
+            svc.forget_me_confirm_now(&req).await
+        })
+        .await
+        .map_err(|_| ServiceError::new(ErrorCode::Internal, "the deletion stopped unexpectedly"))?
+    }
+
+    async fn forget_me_confirm_now(
+        &self,
+        req: &ForgetMeConfirm,
+    ) -> Result<ForgetMeDone, ServiceError> {
         check_owner(&req.owner)?;
-        if self.memory_mode() == MemoryMode::Incognito {
-            return Err(OwnerDataError::Incognito);
-        }
         let expected = check_token(&req.owner, &req.token, Utc::now())?;
-        let stores = self.rt.stores();
+        let stores = self.persistent.stores();
         let now: ForgetMeCounts = stores.owners.owner_counts(&req.owner).await?.into();
         if content_tag(&now) != expected {
-            return Err(OwnerDataError::StaleToken(
-                "what is stored changed since it was prepared",
-            ));
+            return Err(
+                OwnerDataError::StaleToken("what is stored changed since it was prepared").into(),
+            );
         }
-        let inner = &self.rt.inner;
+        let inner = &self.persistent.inner;
         let mut deleted = OwnerCounts::default();
         for thread in stores.owners.owner_threads(&req.owner).await? {
             let guard = stores.lock_thread(&thread).await?;

@@ -39,7 +39,10 @@ pub use forget::{
     ForgetMeRequest,
 };
 
-use crate::thread_id::MAX_STORED_THREAD_ID_CHARS;
+use crate::error::ErrorCode;
+use crate::service::api::Service;
+use crate::service::error::ServiceError;
+use crate::thread_id::owner_problem;
 
 /// Why an export or a forget-me step failed. [`Self::code`] is stable.
 #[derive(Debug, thiserror::Error)]
@@ -47,9 +50,6 @@ pub enum OwnerDataError {
     /// The owner id is empty, too long or holds control characters.
     #[error("invalid owner id: {0}")]
     InvalidOwner(&'static str),
-    /// An incognito service keeps nothing durable.
-    #[error("nothing is kept in incognito, so there is nothing to export or delete")]
-    Incognito,
     /// The confirmation token was not given to this owner by prepare.
     #[error("unknown confirmation token: ask to forget again to get a new one")]
     UnknownToken,
@@ -70,7 +70,6 @@ impl OwnerDataError {
     pub fn code(&self) -> &'static str {
         match self {
             OwnerDataError::InvalidOwner(_) => "invalid_owner",
-            OwnerDataError::Incognito => "incognito",
             OwnerDataError::UnknownToken => "forget_token_unknown",
             OwnerDataError::StaleToken(_) => "forget_token_stale",
             OwnerDataError::Storage(_) => "storage_unavailable",
@@ -85,32 +84,23 @@ impl From<opencouch_store::StoreError> for OwnerDataError {
     }
 }
 
-/// The one rule for an owner id here: 1 to [`MAX_STORED_THREAD_ID_CHARS`]
-/// characters (a thread id is an owner when memory is thread-scoped), no
-/// control characters.
-fn check_owner(owner: &str) -> Result<(), OwnerDataError> {
-    let n = owner.chars().count();
-    if n == 0 {
-        return Err(OwnerDataError::InvalidOwner("it is empty"));
+/// The one rule for an owner id ([`owner_problem`]).
+pub(crate) fn check_owner(owner: &str) -> Result<(), OwnerDataError> {
+    match owner_problem(owner) {
+        Some(why) => Err(OwnerDataError::InvalidOwner(why)),
+        None => Ok(()),
     }
-    if n > MAX_STORED_THREAD_ID_CHARS {
-        return Err(OwnerDataError::InvalidOwner("it is too long"));
-    }
-    if owner.chars().any(char::is_control) {
-        return Err(OwnerDataError::InvalidOwner("it has control characters"));
-    }
-    Ok(())
 }
 
 /// Rendering sits here, above both the document (`export`) and its Markdown
 /// form (`markdown`), so neither module imports the other's caller.
-impl crate::Service {
+impl Service {
     /// Everything kept for the request's owner, rendered in its format
     /// with a media type and a file name.
     ///
     /// # Errors
     /// As [`crate::Service::export_document`].
-    pub async fn export(&self, req: &ExportRequest) -> Result<ExportFile, OwnerDataError> {
+    pub async fn export(&self, req: &ExportRequest) -> Result<ExportFile, ServiceError> {
         let doc = self.export_document(&req.owner).await?;
         let body = match req.format {
             ExportFormat::Json => {
@@ -146,5 +136,30 @@ mod tests {
         for bad in ["", "a\nb", &"x".repeat(MAX_STORED_THREAD_ID_CHARS + 1)] {
             assert_eq!(check_owner(bad).map_err(|e| e.code()), Err("invalid_owner"));
         }
+    }
+}
+
+impl From<OwnerDataError> for ServiceError {
+    fn from(e: OwnerDataError) -> Self {
+        let code = match e {
+            OwnerDataError::InvalidOwner(_) => ErrorCode::InvalidOwner,
+            OwnerDataError::UnknownToken => ErrorCode::ForgetTokenUnknown,
+            OwnerDataError::StaleToken(_) => ErrorCode::ForgetTokenStale,
+            OwnerDataError::Storage(_) => {
+                return ServiceError::caused(
+                    ErrorCode::StorageUnavailable,
+                    "storage is unavailable",
+                    e,
+                );
+            }
+            OwnerDataError::Encode => {
+                return ServiceError::caused(
+                    ErrorCode::Internal,
+                    "the export could not be encoded",
+                    e,
+                );
+            }
+        };
+        ServiceError::new(code, e.to_string())
     }
 }

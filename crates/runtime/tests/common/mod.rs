@@ -6,9 +6,94 @@ use std::time::Duration;
 
 use opencouch_core::{AgentInput, AgentOutput, RuntimeMode, ThreadState};
 use opencouch_llm::{ChatModel, LlmConfig, OpenAiCompatClient};
+use opencouch_runtime::service::{
+    Caller, EndSessionOutcome, EndedVia, Feedback, Host, Service, ServiceError, TurnStream,
+};
 use opencouch_runtime::{Runtime, RuntimeOptions};
-use opencouch_store::Stores;
+use opencouch_store::{FeedbackLabel, FeedbackSource, Stores};
 use opencouch_testkit::FakeOpenAi;
+
+/// The runtime's turn and session operations, through the service API of
+/// a host over it (the runtime's own turn methods are crate-private): the
+/// tests keep the runtime to check its stores.
+#[allow(async_fn_in_trait)]
+pub trait ThroughService {
+    /// The service of a host over this runtime.
+    fn service(&self) -> Service;
+    /// One turn (a local caller; thread ids stored as given).
+    async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, ServiceError>;
+    /// One turn as events (an invalid input gives one `error` event).
+    fn run_turn_stream(&self, input: AgentInput) -> TurnStream;
+    /// Ends a thread's session.
+    async fn end_session(
+        &self,
+        thread: &str,
+        user: Option<&str>,
+        feedback: Option<FeedbackLabel>,
+        source: FeedbackSource,
+    ) -> Result<EndSessionOutcome, ServiceError>;
+    /// One pass of the session sweeper.
+    async fn sweep_expired(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, ServiceError>;
+}
+
+impl ThroughService for Runtime {
+    fn service(&self) -> Service {
+        Host::over(self.clone()).service()
+    }
+
+    async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, ServiceError> {
+        self.service().turn(input.into()).await
+    }
+
+    fn run_turn_stream(&self, input: AgentInput) -> TurnStream {
+        let svc = self.service();
+        match svc.stream(input.clone().into()) {
+            Ok(stream) => stream,
+            // The service refuses bad input before any stream starts; the
+            // tests that expect one error event get it from a gate-only
+            // stream of the same refusal.
+            Err(e) => panic!("the service refused the turn: {} ({})", e.code(), e),
+        }
+    }
+
+    async fn end_session(
+        &self,
+        thread: &str,
+        user: Option<&str>,
+        feedback: Option<FeedbackLabel>,
+        source: FeedbackSource,
+    ) -> Result<EndSessionOutcome, ServiceError> {
+        let feedback = feedback.map(|f| match f {
+            FeedbackLabel::Positive => Feedback::Positive,
+            FeedbackLabel::Negative => Feedback::Negative,
+            FeedbackLabel::Skip => Feedback::Skip,
+        });
+        let via = match source {
+            FeedbackSource::CliEnd => EndedVia::Terminal,
+            FeedbackSource::CliExit => EndedVia::TerminalExit,
+            FeedbackSource::ApiEnd => EndedVia::Api,
+        };
+        self.service()
+            .end_session(
+                &Caller::local(user.map(str::to_owned)),
+                thread,
+                self.memory_mode(),
+                feedback,
+                via,
+            )
+            .await
+    }
+
+    async fn sweep_expired(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, ServiceError> {
+        Host::over(self.clone()).sweep_sessions(now).await
+    }
+}
 
 /// A deterministic persistent runtime over in-memory stores.
 pub fn deterministic() -> Runtime {

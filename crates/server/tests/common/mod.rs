@@ -8,8 +8,9 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use opencouch_core::MemoryMode;
+use opencouch_runtime::service::{Host, HostOptions, Service};
 use opencouch_runtime::{Runtime, RuntimeOptions};
-use opencouch_server::{AppState, AuthMode, Limits, UserDirectory, router};
+use opencouch_server::{AppState, AuthMode, Limits, router};
 use opencouch_store::{EphemeralStores, Stores};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -19,6 +20,24 @@ pub struct Fixture {
     pub state: AppState,
     pub alice: String,
     pub bob: String,
+    /// The persistent runtime behind the service (for checks on storage).
+    pub rt: Runtime,
+    /// The incognito runtime behind the service.
+    pub incognito: Runtime,
+}
+
+/// The service of a host over these runtimes (background work off: tests
+/// drive sweeps by hand).
+pub fn service(p: &Runtime, i: &Runtime, default_mode: MemoryMode) -> Service {
+    Host::idle(
+        p.clone(),
+        i.clone(),
+        HostOptions {
+            default_memory_mode: default_mode,
+            ..HostOptions::default()
+        },
+    )
+    .service()
 }
 
 pub fn limits() -> Limits {
@@ -43,16 +62,19 @@ pub fn runtimes() -> (Runtime, Runtime) {
 
 pub async fn fixture_with(limits: Limits) -> Fixture {
     let (p, i) = runtimes();
-    let users = UserDirectory::new(p.stores().users.clone());
+    let svc = service(&p, &i, limits.default_memory_mode);
+    let users = svc.users();
     let now = chrono::Utc::now();
     let alice = users.add("alice", now).await.unwrap();
     let bob = users.add("bob", now).await.unwrap();
-    let state = AppState::new(p, i, AuthMode::Tokens(users), limits);
+    let state = AppState::new(svc, AuthMode::Tokens(users), limits);
     Fixture {
         app: router(state.clone()),
         state,
         alice,
         bob,
+        rt: p,
+        incognito: i,
     }
 }
 
@@ -60,10 +82,14 @@ pub async fn fixture() -> Fixture {
     fixture_with(limits()).await
 }
 
-pub fn local_fixture() -> (Router, AppState) {
+pub fn local_fixture() -> (Router, AppState, Runtime) {
     let (p, i) = runtimes();
-    let state = AppState::new(p, i, AuthMode::Local, limits());
-    (router(state.clone()), state)
+    let state = AppState::new(
+        service(&p, &i, MemoryMode::Persistent),
+        AuthMode::Local,
+        limits(),
+    );
+    (router(state.clone()), state, p)
 }
 
 /// One request through the router; returns the status and the JSON body
@@ -97,21 +123,14 @@ pub async fn call(
 }
 
 /// Number of stored threads in the persistent runtime.
-pub async fn stored_threads(state: &AppState) -> usize {
-    state
-        .runtime(MemoryMode::Persistent)
-        .stores()
-        .threads
-        .list_threads(1000)
-        .await
-        .unwrap()
-        .len()
+pub async fn stored_threads(rt: &Runtime) -> usize {
+    rt.stores().threads.list_threads(1000).await.unwrap().len()
 }
 
 /// Saves a style rule for `owner` through the memory-control service.
-pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
+pub async fn save_rule(rt: &Runtime, owner: &str, text: &str) {
     use opencouch_memory::control::{ControlContext, MemoryAction};
-    let svc = state.runtime(MemoryMode::Persistent).memory_control();
+    let svc = rt.memory_control();
     let ctx = ControlContext {
         owner_id: Some(owner),
         memory_mode: MemoryMode::Persistent,
@@ -130,13 +149,13 @@ pub async fn save_rule(state: &AppState, owner: &str, text: &str) {
 
 /// Stores a finished session's arc for `owner` (as session end would),
 /// `days_ago` days back, with the given moods.
-pub async fn seed_arc(state: &AppState, owner: &str, days_ago: i64, opened: &str, closed: &str) {
-    seed_arc_with(state, owner, days_ago, opened, closed, &[]).await;
+pub async fn seed_arc(rt: &Runtime, owner: &str, days_ago: i64, opened: &str, closed: &str) {
+    seed_arc_with(rt, owner, days_ago, opened, closed, &[]).await;
 }
 
 /// Like [`seed_arc`], with the exercises completed in that session.
 pub async fn seed_arc_with(
-    state: &AppState,
+    rt: &Runtime,
     owner: &str,
     days_ago: i64,
     opened: &str,
@@ -169,11 +188,7 @@ pub async fn seed_arc_with(
     )
     .unwrap();
     arc.exercises_completed = exercises.iter().map(|e| e.to_string()).collect();
-    let store = state
-        .runtime(MemoryMode::Persistent)
-        .stores()
-        .memory
-        .as_ref();
+    let store = rt.stores().memory.as_ref();
     opencouch_memory::backend::upsert(
         store,
         &opencouch_memory::backend::arc_record(owner, &arc, None),

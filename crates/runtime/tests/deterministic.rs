@@ -11,7 +11,8 @@ use opencouch_core::{
     AgentInput, MemoryMode, ResponseStyle, ResponseType, Route, RuntimeMode, Stage, StreamEvent,
 };
 use opencouch_exercises::Catalog;
-use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};
+use opencouch_runtime::{Runtime, RuntimeOptions};
+use opencouch_store::FeedbackSource;
 use opencouch_store::{EphemeralStores, FeedbackLabel};
 
 // ------------------------------------------------------------------ routes
@@ -206,7 +207,7 @@ async fn idiom_stays_level_zero_therapeutic() {
 async fn invalid_input_is_rejected_without_writing() {
     let rt = deterministic();
     let cases: [(AgentInput, &str); 3] = [
-        (AgentInput::new("", "hello"), "invalid_input"),
+        (AgentInput::new("", "hello"), "invalid_thread_id"),
         (AgentInput::new("t", "   "), "invalid_input"),
         (AgentInput::new("t", "x".repeat(8001)), "message_too_long"),
     ];
@@ -433,14 +434,15 @@ async fn stream_events_arrive_in_order() {
 }
 
 #[tokio::test]
-async fn stream_error_is_a_single_terminal_event() {
+async fn invalid_input_is_refused_before_any_stream_starts() {
     let rt = deterministic();
-    let events: Vec<StreamEvent> = rt
-        .run_turn_stream(AgentInput::new("s", " "))
-        .collect()
-        .await;
-    assert_eq!(events.len(), 1);
-    assert!(matches!(&events[0], StreamEvent::Error { code, .. } if code == "invalid_input"));
+    let err = rt
+        .service()
+        .stream(AgentInput::new("s", " ").into())
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), "invalid_input");
+    assert_eq!(transcript_len(&rt, "s").await, 0);
 }
 
 // ---------------------------------------------------------------- sessions
@@ -560,12 +562,13 @@ async fn incognito_end_writes_no_arc() {
 }
 
 #[tokio::test]
-async fn memory_mode_mismatch_is_rejected() {
+async fn the_request_names_the_runtime_its_turn_runs_in() {
+    // The service decides the memory mode once: an incognito request on a
+    // host whose default is persistent runs in the incognito runtime and
+    // writes nothing to the persistent one.
     let rt = deterministic();
     let mut input = AgentInput::new("mm", "hello");
     input.memory_mode = MemoryMode::Incognito;
-    assert_eq!(
-        rt.run_turn(input).await.expect_err("mismatch").code(),
-        "invalid_input"
-    );
+    rt.run_turn(input).await.expect("turn");
+    assert_eq!(transcript_len(&rt, "mm").await, 0);
 }

@@ -10,7 +10,8 @@ use common::ThroughService;
 
 use common::{deterministic, digit_runs, fake_model, state, turn};
 use opencouch_core::{AgentOutput, ResponseType, Route, RuntimeMode};
-use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};
+use opencouch_runtime::{Runtime, RuntimeOptions};
+use opencouch_store::FeedbackSource;
 use opencouch_store::{SqliteStores, Stores};
 use opencouch_testkit::canned::{gate_request, triage_reply, triage_request};
 use opencouch_testkit::{FakeOpenAi, Reply};

@@ -16,7 +16,8 @@ use opencouch_memory::policy::{CandidateBody, PolicyAction, SessionMemoryBuffer}
 use opencouch_memory::{
     EntityRef, EntityType, FactCategory, MemoryKind, Predicate, SemanticFact, WriteTiming,
 };
-use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions};
+use opencouch_runtime::{Runtime, RuntimeOptions};
+use opencouch_store::FeedbackSource;
 use opencouch_store::{EphemeralStores, MemoryRecord, Stores};
 use opencouch_testkit::canned::{
     extraction_request as extraction, gate_request as gate, triage_reply, triage_request as triage,

@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use opencouch_core::{AgentInput, MemoryMode, RuntimeMode};
 use opencouch_runtime::service::{
-    EXPORT_SCHEMA, ExportFormat, ExportRequest, ForgetMeConfirm, ForgetMeRequest, OwnerDataError,
+    Caller, EXPORT_SCHEMA, EndedVia, ExportFormat, ExportRequest, Feedback, ForgetMeConfirm,
+    ForgetMeRequest, Service,
 };
-use opencouch_runtime::{FeedbackSource, Runtime, RuntimeOptions, Service};
-use opencouch_store::{EphemeralStores, FeedbackLabel, MemoryKind, PgStores, SqliteStores, Stores};
+use opencouch_runtime::{Runtime, RuntimeOptions};
+use opencouch_store::{EphemeralStores, MemoryKind, PgStores, SqliteStores, Stores};
 use opencouch_testkit::canned::{
     extraction_request, gate_reply, gate_request, triage_reply, triage_request,
 };
@@ -38,9 +39,9 @@ fn names(tag: &str) -> (String, String) {
 async fn turn(svc: &Service, thread: &str, owner: &str, message: &str) {
     let mut input = AgentInput::new(thread, message);
     input.user_id = Some(owner.to_owned());
-    input.memory_mode = svc.memory_mode();
+    input.memory_mode = svc.default_memory_mode();
     let out = svc
-        .run_turn(input)
+        .turn(input.into())
         .await
         .unwrap_or_else(|e| panic!("turn failed: {e}"));
     assert!(out.saved);
@@ -61,10 +62,11 @@ async fn live_a_little(svc: &Service, owner: &str, marker: &str) {
     }
     let end = svc
         .end_session(
+            &Caller::local(Some(owner.to_owned())),
             &scoped,
-            Some(owner),
-            Some(FeedbackLabel::Positive),
-            FeedbackSource::ApiEnd,
+            MemoryMode::Persistent,
+            Some(Feedback::Positive),
+            EndedVia::Api,
         )
         .await
         .expect("end session");
@@ -161,7 +163,7 @@ async fn export_then_forget(svc: &Service, walk: Walk<'_>) {
         })
         .await;
     assert!(
-        matches!(stale, Err(OwnerDataError::StaleToken(_))),
+        matches!(&stale, Err(e) if e.code() == opencouch_runtime::service::ErrorCode::ForgetTokenStale),
         "{stale:?}"
     );
     let unknown = svc
@@ -171,7 +173,7 @@ async fn export_then_forget(svc: &Service, walk: Walk<'_>) {
         })
         .await;
     assert!(
-        matches!(unknown, Err(OwnerDataError::UnknownToken)),
+        matches!(&unknown, Err(e) if e.code() == opencouch_runtime::service::ErrorCode::ForgetTokenUnknown),
         "{unknown:?}"
     );
 
@@ -251,9 +253,9 @@ async fn postgres_export_and_forget_me() {
 }
 
 #[tokio::test]
-async fn incognito_keeps_nothing_to_export_or_forget() {
+async fn incognito_turns_leave_nothing_to_export_or_forget() {
     let svc = Runtime::incognito(EphemeralStores::new(), None, RuntimeOptions::default()).service();
-    assert_eq!(svc.memory_mode(), MemoryMode::Incognito);
+    assert_eq!(svc.default_memory_mode(), MemoryMode::Incognito);
     turn(&svc, "alice:t1", "alice", "hello there").await;
     let plan = svc
         .forget_me_prepare(&ForgetMeRequest {
@@ -261,17 +263,9 @@ async fn incognito_keeps_nothing_to_export_or_forget() {
         })
         .await
         .expect("prepare");
-    assert!(plan.token.is_none() && plan.counts.is_empty());
-    assert!(plan.message.contains("incognito"), "{}", plan.message);
-    let confirm = svc
-        .forget_me_confirm(&ForgetMeConfirm {
-            owner: "alice".into(),
-            token: "fm1.0.x.y".into(),
-        })
-        .await;
-    assert!(matches!(confirm, Err(OwnerDataError::Incognito)));
-    let export = svc.export_document("alice").await;
-    assert_eq!(export.map(|_| ()).map_err(|e| e.code()), Err("incognito"));
+    assert!(plan.token.is_none() && plan.counts.is_empty(), "{plan:?}");
+    let export = svc.export_document("alice").await.expect("export");
+    assert!(export.threads.is_empty(), "nothing durable was kept");
 }
 
 #[tokio::test]
@@ -290,7 +284,7 @@ async fn an_invalid_owner_is_refused() {
                 .await
                 .map(|_| ())
                 .map_err(|e| e.code()),
-            Err("invalid_owner")
+            Err(opencouch_runtime::service::ErrorCode::InvalidOwner)
         );
     }
 }

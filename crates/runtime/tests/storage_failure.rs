@@ -15,7 +15,7 @@ use common::{shows_resource_number, transcript_len};
 use futures::StreamExt;
 use opencouch_core::{AgentInput, AgentOutput, ResponseType, Route, RuntimeMode, StreamEvent};
 use opencouch_llm::{LlmConfig, OpenAiCompatClient};
-use opencouch_runtime::{Runtime, RuntimeError, RuntimeOptions};
+use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::Stores;
 use opencouch_store::faults::{Fault, FaultSwitch, with_faults};
 
@@ -71,7 +71,10 @@ async fn load_failure_still_answers_a_crisis_and_refuses_the_rest() {
         .run_turn(AgentInput::new("sf-load", ORDINARY))
         .await
         .expect_err("non-crisis turns still fail");
-    assert!(matches!(err, RuntimeError::Store(_)));
+    assert_eq!(
+        err.code(),
+        opencouch_runtime::service::ErrorCode::StorageUnavailable
+    );
     assert_eq!(err.code(), "storage_unavailable");
 
     faults.set(Fault::Load, false);

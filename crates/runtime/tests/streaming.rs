@@ -15,7 +15,8 @@ use std::time::Duration;
 use common::{hybrid, state, transcript_len, turn};
 use futures::StreamExt;
 use opencouch_core::{AgentInput, AgentOutput, ResponseType, Route, StreamEvent};
-use opencouch_runtime::{Runtime, TurnStream};
+use opencouch_runtime::Runtime;
+use opencouch_runtime::service::TurnStream;
 use opencouch_testkit::{Endpoint, FakeOpenAi, Match, Reply, canned};
 use serde_json::json;
 
@@ -42,7 +43,7 @@ fn script_reply(fake: &FakeOpenAi, reply: Reply) {
 }
 
 fn stream(rt: &Runtime, thread: &str, message: &str) -> TurnStream {
-    rt.service().stream_turn(AgentInput::new(thread, message))
+    rt.run_turn_stream(AgentInput::new(thread, message))
 }
 
 /// Reads events until the first chunk (inclusive).

@@ -133,7 +133,11 @@ mod tests {
     fn owner_ids_are_checked() {
         assert!(check_owner("alice").is_ok());
         assert!(check_owner("cli:default").is_ok());
-        for bad in ["", "a\nb", &"x".repeat(MAX_STORED_THREAD_ID_CHARS + 1)] {
+        for bad in [
+            "",
+            "a\nb",
+            &"x".repeat(crate::thread_id::MAX_STORED_THREAD_ID_CHARS + 1),
+        ] {
             assert_eq!(check_owner(bad).map_err(|e| e.code()), Err("invalid_owner"));
         }
     }

@@ -152,6 +152,12 @@ impl Service {
         }
     }
 
+    /// The runtime of the default memory mode (its options describe the
+    /// service; both runtimes of a host share them).
+    fn primary(&self) -> &Runtime {
+        self.runtime(self.default_mode)
+    }
+
     pub(crate) fn turns(&self) -> &Arc<TurnTracker> {
         &self.persistent.inner.turns
     }
@@ -187,17 +193,17 @@ impl Service {
 
     /// Deterministic or hybrid.
     pub fn mode(&self) -> RuntimeMode {
-        self.persistent.mode()
+        self.primary().mode()
     }
 
     /// Longest accepted message in characters.
     pub fn max_message_chars(&self) -> usize {
-        self.persistent.options().max_message_chars
+        self.primary().options().max_message_chars
     }
 
     /// Inactivity after which a session ends.
     pub fn session_timeout(&self) -> chrono::Duration {
-        self.persistent.options().session_timeout
+        self.primary().options().session_timeout
     }
 
     /// Human label of the store backend of a memory mode.
@@ -207,12 +213,12 @@ impl Service {
 
     /// Whether the semantic crisis signal is on.
     pub fn semantic_signal(&self) -> bool {
-        self.persistent.semantic_on()
+        self.primary().semantic_on()
     }
 
     /// Where the semantic crisis signal stands.
     pub fn semantic_status(&self) -> Option<SemanticStatus> {
-        self.persistent.semantic_status()
+        self.primary().semantic_status()
     }
 
     /// Whether the durable store answers a small read.

@@ -214,7 +214,7 @@ mod tests {
             response_style: ResponseStyle::default(),
             therapeutic_approach: None,
             session_action: SessionAction::None,
-            crisis: CrisisAssessment::default(),
+            crisis: CrisisAssessment::none("test"),
             resources: Vec::new(),
             diagnostics: Diagnostics::new(),
             saved,

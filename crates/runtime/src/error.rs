@@ -51,6 +51,8 @@ pub enum ErrorCode {
     InvalidThreadId,
     /// An owner id is empty, too long or holds control characters.
     InvalidOwner,
+    /// A page cursor the service did not give.
+    InvalidCursor,
     /// The thread, memory item or other named thing does not exist (for
     /// this owner).
     NotFound,
@@ -78,6 +80,7 @@ impl ErrorCode {
             ErrorCode::MessageTooLong => "message_too_long",
             ErrorCode::InvalidThreadId => "invalid_thread_id",
             ErrorCode::InvalidOwner => "invalid_owner",
+            ErrorCode::InvalidCursor => "invalid_cursor",
             ErrorCode::NotFound => "not_found",
             ErrorCode::InvalidMemoryAction => "invalid_memory_action",
             ErrorCode::ForgetTokenUnknown => "forget_token_unknown",
@@ -90,11 +93,12 @@ impl ErrorCode {
     }
 
     /// Every code (tests check each has a status and words).
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::InvalidInput,
         ErrorCode::MessageTooLong,
         ErrorCode::InvalidThreadId,
         ErrorCode::InvalidOwner,
+        ErrorCode::InvalidCursor,
         ErrorCode::NotFound,
         ErrorCode::InvalidMemoryAction,
         ErrorCode::ForgetTokenUnknown,
@@ -113,6 +117,7 @@ impl ErrorCode {
                 | ErrorCode::MessageTooLong
                 | ErrorCode::InvalidThreadId
                 | ErrorCode::InvalidOwner
+                | ErrorCode::InvalidCursor
                 | ErrorCode::NotFound
                 | ErrorCode::InvalidMemoryAction
                 | ErrorCode::ForgetTokenUnknown

@@ -63,7 +63,6 @@ async fn start_server(
     let token = users.add("bench", chrono::Utc::now()).await.unwrap();
     let limits = Limits {
         body_limit_bytes: 64 * 1024,
-        max_message_chars: 8000,
         rate_limit_per_minute: 0,
         request_timeout: Duration::from_secs(60),
         default_memory_mode: MemoryMode::Persistent,

@@ -117,6 +117,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::InvalidInput | ErrorCode::MessageTooLong => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::InvalidThreadId
         | ErrorCode::InvalidOwner
+        | ErrorCode::InvalidCursor
         | ErrorCode::InvalidMemoryAction
         | ErrorCode::ForgetTokenUnknown => StatusCode::BAD_REQUEST,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,

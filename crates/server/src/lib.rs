@@ -40,8 +40,6 @@ pub use error::ApiError;
 pub struct Limits {
     /// Maximum request body size (413 beyond).
     pub body_limit_bytes: usize,
-    /// Maximum message length in characters (422 beyond).
-    pub max_message_chars: usize,
     /// Requests per minute per owner (429 beyond; 0 = unlimited).
     pub rate_limit_per_minute: u32,
     /// Per-request timeout (503 beyond).
@@ -66,7 +64,6 @@ impl Limits {
     pub fn from_settings(s: &Settings) -> Self {
         Limits {
             body_limit_bytes: s.body_limit_bytes,
-            max_message_chars: s.max_message_chars,
             rate_limit_per_minute: s.rate_limit_per_minute,
             request_timeout: Duration::from_secs(s.request_timeout_secs.max(1)),
             default_memory_mode: s.memory_mode,

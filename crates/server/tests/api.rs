@@ -162,7 +162,7 @@ async fn revoked_token_is_rejected_at_once() {
 #[tokio::test]
 async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
     let f = fixture().await;
-    let long = "a".repeat(4001);
+    let long = "a".repeat(opencouch_runtime::RuntimeOptions::default().max_message_chars + 1);
     let huge = format!(
         r#"{{"message":"{}","thread_id":"t"}}"#,
         "a".repeat(70 * 1024)
@@ -208,13 +208,13 @@ async fn bad_input_is_rejected_with_json_errors_and_writes_nothing() {
         (
             "/api/chat",
             r#"{"message":"   ","thread_id":"t"}"#.into(),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_input",
         ),
         (
             "/api/chat",
             r#"{"message":"\u200b\ufeff \u2060","thread_id":"t"}"#.into(),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_input",
         ),
         (
@@ -613,7 +613,7 @@ async fn deleting_a_rule_by_index_removes_it() {
 
 #[tokio::test]
 async fn local_mode_needs_no_token_and_health_is_public() {
-    let (app, _) = local_fixture();
+    let (app, _, _) = local_fixture();
     let (status, v) = call(&app, GET, "/api/memory/status", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["owner_id"], "local");

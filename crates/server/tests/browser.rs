@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use opencouch_core::MemoryMode;
 use opencouch_runtime::{Runtime, RuntimeOptions};
-use opencouch_server::{AppState, AuthMode, UserDirectory};
+use opencouch_server::{AppState, AuthMode};
 use opencouch_store::{EphemeralStores, SqliteStores};
 
 /// Why the browser suite cannot run here, if it cannot.
@@ -164,10 +164,15 @@ async fn web_page_works_in_headless_chromium() {
         "three seeded arcs plus the ended session"
     );
     assert!(
-        rt.stores().feedback.count().await.unwrap() >= 1,
+        persistent_rt.stores().feedback.count().await.unwrap() >= 1,
         "thumbs feedback recorded"
     );
-    let threads = rt.stores().threads.list_threads(100).await.unwrap();
+    let threads = persistent_rt
+        .stores()
+        .threads
+        .list_threads(100)
+        .await
+        .unwrap();
     assert!(
         threads.iter().all(|t| t.thread_id.starts_with("alice:")),
         "every thread is alice's"

@@ -180,7 +180,7 @@ async fn real_responses_match_the_documented_schemas() {
     seed_arc(&f.rt, "alice", 3, "anxious", "calmer").await;
     let a = Some(f.alice.as_str());
     let chat = |m: &str, t: &str| json!({"message": m, "thread_id": t}).to_string();
-    let long = "a".repeat(4001);
+    let long = "a".repeat(opencouch_runtime::RuntimeOptions::default().max_message_chars + 1);
     let cases: Vec<Case<'_>> = vec![
         (
             Method::GET,

@@ -248,7 +248,7 @@ async fn forget_me_prepares_confirms_and_deletes_only_the_caller() {
 
 #[tokio::test]
 async fn local_mode_forgets_the_local_owner() {
-    let (app, state) = local_fixture();
+    let (app, _state, rt) = local_fixture();
     chat(&app, "", "t1", "hello, I had a rough week").await;
     let (status, plan) = call(&app, POST, "/api/forget-me", None, None).await;
     assert_eq!(status, StatusCode::OK, "{plan}");
@@ -257,7 +257,7 @@ async fn local_mode_forgets_the_local_owner() {
     let (status, done) = call(&app, POST, "/api/forget-me/confirm", None, Some(&body)).await;
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(done["deleted"]["threads"], 1);
-    assert_eq!(common::stored_threads(&state).await, 0);
+    assert_eq!(common::stored_threads(&rt).await, 0);
     // Nothing left: no token, and the message says so.
     let (_, plan) = call(&app, POST, "/api/forget-me", None, None).await;
     assert_eq!(plan["token"], Value::Null);

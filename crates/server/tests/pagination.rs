@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use chrono::{Duration, TimeZone, Utc};
 use common::{call, fixture};
 use http_body_util::BodyExt;
-use opencouch_core::{Channel, MemoryMode, Message, ThreadState};
+use opencouch_core::{Channel, Message, ThreadState};
 use opencouch_runtime::Runtime;
 use opencouch_server::api::OPENAPI_JSON;
 use opencouch_store::{SessionWrite, TurnCommit};

@@ -287,7 +287,7 @@ async fn cross_site_requests_cannot_read_or_change_anything() {
     .await;
     assert_eq!(r.status, 403, "{r:?}");
     // Nothing was stored by the refused requests.
-    assert_eq!(common::stored_threads(&state).await, 0);
+    assert_eq!(common::service_threads(&state).await, 0);
 
     // Same origin (the page itself) and no Origin (curl, scripts) work.
     let same = format!("http://{host}");

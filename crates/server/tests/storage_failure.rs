@@ -11,7 +11,7 @@ mod common;
 use axum::http::{Method, StatusCode};
 use futures::{SinkExt, StreamExt};
 use opencouch_runtime::{Runtime, RuntimeOptions};
-use opencouch_server::{AppState, AuthMode, UserDirectory, router};
+use opencouch_server::{AppState, AuthMode, router};
 use opencouch_store::faults::{Fault, FaultSwitch, with_faults};
 use opencouch_store::{EphemeralStores, PgStores, Stores};
 use serde_json::{Value, json};
@@ -32,30 +32,38 @@ fn app_over(stores: Stores, faults: FaultSwitch) -> (axum::Router, FaultSwitch) 
     (app_with_auth(stores, AuthMode::Local), faults)
 }
 
-fn app_with_auth(stores: Stores, auth: AuthMode) -> axum::Router {
+/// The service of a host over `stores`.
+fn service_over(stores: Stores) -> opencouch_runtime::service::Service {
     let opts = RuntimeOptions::default();
-    let state = AppState::new(
-        common::service(
-            &Runtime::persistent(stores, None, opts.clone()),
-            &Runtime::incognito(EphemeralStores::new(), None, opts),
-            opencouch_core::MemoryMode::Persistent,
-        ),
-        auth,
+    common::service(
+        &Runtime::persistent(stores, None, opts.clone()),
+        &Runtime::incognito(EphemeralStores::new(), None, opts),
+        opencouch_core::MemoryMode::Persistent,
+    )
+}
+
+fn app_with_auth(stores: Stores, auth: AuthMode) -> axum::Router {
+    router(AppState::new(service_over(stores), auth, common::limits()))
+}
+
+/// Token mode over `stores` with one user, alice; returns the token.
+async fn token_app_over(stores: Stores) -> (axum::Router, String) {
+    let svc = service_over(stores);
+    let users = svc.users();
+    let token = users.add("alice", chrono::Utc::now()).await.unwrap();
+    let app = router(AppState::new(
+        svc,
+        AuthMode::Tokens(users),
         common::limits(),
-    );
-    router(state)
+    ));
+    (app, token)
 }
 
 /// Token mode over faulty stores, with one user; returns the token.
 async fn token_app() -> (axum::Router, FaultSwitch, String) {
     let (stores, faults) = with_faults(Stores::in_memory());
-    let users = UserDirectory::new(stores.users.clone());
-    let token = users.add("alice", chrono::Utc::now()).await.unwrap();
-    (
-        app_with_auth(stores, AuthMode::Tokens(users)),
-        faults,
-        token,
-    )
+    let (app, token) = token_app_over(stores).await;
+    (app, faults, token)
 }
 
 fn body(message: &str, thread: &str) -> String {
@@ -310,9 +318,7 @@ async fn postgres_dropped_under_a_running_server_still_answers_a_crisis() {
     // Token mode, as a PostgreSQL deployment runs: once the database is
     // gone the token cannot be checked either.
     let stores = PgStores::connect(db.url()).await.unwrap().into_stores();
-    let users = UserDirectory::new(stores.users.clone());
-    let token = users.add("alice", chrono::Utc::now()).await.unwrap();
-    let app = app_with_auth(stores, AuthMode::Tokens(users));
+    let (app, token) = token_app_over(stores).await;
     let addr = spawn_server(app).await;
     let client = reqwest::Client::new();
     let chat = |m: &'static str| {

@@ -375,7 +375,7 @@ impl Service {
     /// the previous page's [`ThreadList::next`].
     ///
     /// # Errors
-    /// `invalid_input` for a cursor this service did not give, storage
+    /// `invalid_cursor` for a cursor this service did not give, storage
     /// failures.
     pub async fn threads(
         &self,
@@ -789,7 +789,7 @@ fn decode_cursor(
 ) -> Result<opencouch_store::ThreadCursor, ServiceError> {
     let invalid = || {
         ServiceError::new(
-            ErrorCode::InvalidInput,
+            ErrorCode::InvalidCursor,
             "cursor must be the one given with the previous page of threads",
         )
     };
@@ -852,7 +852,7 @@ mod tests {
         ] {
             assert_eq!(
                 decode_cursor(bad, Some("alice")).unwrap_err().code(),
-                ErrorCode::InvalidInput,
+                ErrorCode::InvalidCursor,
                 "{bad:?}"
             );
         }

@@ -43,7 +43,6 @@ pub fn service(p: &Runtime, i: &Runtime, default_mode: MemoryMode) -> Service {
 pub fn limits() -> Limits {
     Limits {
         body_limit_bytes: 64 * 1024,
-        max_message_chars: 4000,
         rate_limit_per_minute: 1000,
         request_timeout: Duration::from_secs(30),
         default_memory_mode: MemoryMode::Persistent,
@@ -125,6 +124,17 @@ pub async fn call(
 /// Number of stored threads in the persistent runtime.
 pub async fn stored_threads(rt: &Runtime) -> usize {
     rt.stores().threads.list_threads(1000).await.unwrap().len()
+}
+
+/// Number of stored threads of every owner, read through the service.
+pub async fn service_threads(state: &AppState) -> usize {
+    state
+        .service()
+        .threads(&opencouch_runtime::service::Caller::local(None), 1000, None)
+        .await
+        .unwrap()
+        .threads
+        .len()
 }
 
 /// Saves a style rule for `owner` through the memory-control service.

@@ -8,6 +8,7 @@ pub mod crisis;
 pub mod diagnostics;
 pub mod enums;
 pub mod exercise;
+pub mod fnv;
 pub mod io;
 pub mod message;
 pub mod state;

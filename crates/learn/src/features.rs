@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fnv;
+use opencouch_core::fnv;
 
 /// The sign bit of a feature id: set when the feature counts negatively.
 pub const SIGN_BIT: u32 = 1 << 31;

@@ -122,12 +122,7 @@ pub(crate) fn any_match(list: &[Phrase], tokens: &[String]) -> bool {
 /// 64-bit FNV-1a: a stable hash (unlike `DefaultHasher`, it never changes
 /// between Rust releases), used to seed deterministic template choice.
 pub(crate) fn fnv1a(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    opencouch_core::fnv::hash(text.as_bytes())
 }
 
 /// Cuts `s` to at most `max` characters on a char boundary.

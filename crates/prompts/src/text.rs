@@ -1,37 +1,9 @@
 //! Small, allocation-light text helpers shared by the rule-based parts:
 //! word tokenizing, phrase matching with a `*` wildcard, a stable hash.
 
-/// Lowercases and splits `text` into words. A word is a run of alphanumeric
-/// characters and apostrophes (curly apostrophes count as `'`); everything
-/// else separates words. Leading/trailing apostrophes are dropped.
-pub(crate) fn words(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for ch in text.chars() {
-        let ch = if matches!(ch, '\u{2019}' | '\u{2018}' | '`') {
-            '\''
-        } else {
-            ch
-        };
-        if ch.is_alphanumeric() || ch == '\'' {
-            cur.extend(ch.to_lowercase());
-        } else if !cur.is_empty() {
-            push_word(&mut out, &mut cur);
-        }
-    }
-    if !cur.is_empty() {
-        push_word(&mut out, &mut cur);
-    }
-    out
-}
-
-fn push_word(out: &mut Vec<String>, cur: &mut String) {
-    let w = cur.trim_matches('\'');
-    if !w.is_empty() {
-        out.push(w.to_owned());
-    }
-    cur.clear();
-}
+// Lowercases and splits `text` into words: the workspace's one word
+// tokenizer for rule-based matching (see `opencouch_core::text`).
+pub(crate) use opencouch_core::text::words;
 
 /// The largest number of words a `*` in a phrase may stand for.
 pub(crate) const WILDCARD_SPAN: usize = 5;

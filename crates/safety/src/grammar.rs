@@ -513,6 +513,10 @@ fn is_word_byte(b: u8) -> bool {
 /// starts. Sentence ends: `. ! ? ;` and line breaks; clause breaks also at
 /// commas, conjunctions and subject pronouns. Text inside double quotes is
 /// skipped: quoted speech is not the speaker's own statement.
+///
+/// Deliberately not `opencouch_core::text::words`: the grammar reads the
+/// normalizer's output and needs the clause and sentence marks and the
+/// quote skipping, which a plain word list loses.
 fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
     let bytes = text.as_bytes();
     let mut i = 0usize;

@@ -261,6 +261,8 @@ fn collapse_spaces(s: &str) -> String {
 
 /// Token characters: letters, digits, apostrophes, asterisks (masking),
 /// `@` and `$` (leetspeak); `!` only between two word characters ("k!ll").
+/// Deliberately wider than `opencouch_core::text::words`: masked and
+/// leetspeak words must reach the token table whole before any splitting.
 fn is_token_char(chars: &[char], i: usize) -> bool {
     let c = chars[i];
     if c.is_alphanumeric() || matches!(c, '\'' | '*' | '@' | '$') {

@@ -2,7 +2,10 @@
 
 use opencouch_core::fnv;
 
-/// Lower-cased alphanumeric tokens of `text`.
+/// Lower-cased alphanumeric tokens of `text`. Deliberately simpler than
+/// `opencouch_core::text::words` (apostrophes split words): the fake
+/// embeddings only need to be deterministic and to stay stable for the
+/// tests built on their similarities.
 pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|t| !t.is_empty())

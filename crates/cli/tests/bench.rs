@@ -18,13 +18,8 @@ const SKILL_TOOL: &str = "load_therapeutic_response_skill";
 
 /// The binary with a clean environment pointed at `fake`.
 fn bench(home: &Path, fake: &FakeOpenAi) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_opencouch"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_NO_MODEL_HINT", "1")
+    let mut cmd = common::clean(home);
+    cmd.env("OPENCOUCH_NO_MODEL_HINT", "1")
         .env("OPENAI_BASE_URL", fake.base_url())
         .env("OPENAI_API_KEY", "sk-fake")
         .env("OPENAI_MODEL", "fake-model");

@@ -2,23 +2,14 @@
 //! masking and validation, `db migrate`, `threads`, and the crisis log
 //! (counts only, never message text).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use std::io::Write;
 
-/// A command with a clean environment (deterministic, no model, no user
-/// config) and XDG paths inside `home`.
-fn opencouch(home: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_opencouch"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic");
-    cmd
-}
+use common::deterministic as opencouch;
 
 fn run(cmd: &mut Command) -> (Output, String, String) {
     let out = cmd.output().expect("run opencouch");

@@ -6,9 +6,11 @@
 //! so "acknowledged" means "its output line was read". Postgres cases skip
 //! with a notice when no server is reachable (and fail under `CI=true`).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -49,18 +51,9 @@ impl Db {
     }
 }
 
-/// A command with a clean environment: deterministic mode, no model, no
-/// user config, XDG paths inside `home`.
-fn opencouch(home: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_opencouch"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic");
-    cmd
-}
+// A command with a clean environment: deterministic mode, no model, no
+// user config, XDG paths inside `home`.
+use common::deterministic as opencouch;
 
 /// A small deterministic PRNG (xorshift64*), seeded per run and printed so a
 /// failing schedule can be replayed with `OPENCOUCH_TEST_SEED`.

@@ -3,6 +3,8 @@
 //! hidden `--manifest` flag) so the real pins are never weakened and no test
 //! touches the network.
 
+mod common;
+
 use std::path::Path;
 use std::process::Output;
 
@@ -49,14 +51,8 @@ fn hex_digest(bytes: &[u8]) -> String {
 /// The binary with a clean environment: no config, no HF_ENDPOINT, data
 /// under `home`.
 fn opencouch(home: &Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_opencouch"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic")
-        .stdin(std::process::Stdio::null());
+    let mut cmd = tokio::process::Command::from(common::deterministic(home));
+    cmd.stdin(std::process::Stdio::null());
     cmd
 }
 

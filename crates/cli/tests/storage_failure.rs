@@ -4,9 +4,11 @@
 //! every transcript insert (the commit fails) and a snapshot written by a
 //! "future" build (the load fails).
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use opencouch_store::SqliteStores;
 use serde_json::Value;
@@ -16,14 +18,8 @@ const ORDINARY: &str = "I feel stressed about my exams";
 const NOT_SAVED: &str = "This conversation couldn't be saved right now.";
 
 fn chat(home: &Path, thread: &str, json: bool, messages: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_opencouch"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic")
-        .arg("--data-dir")
+    let mut cmd = common::deterministic(home);
+    cmd.arg("--data-dir")
         .arg(home.join("data"))
         .args(["chat", "--thread", thread]);
     if json {

@@ -8,10 +8,12 @@ pub mod crisis;
 pub mod diagnostics;
 pub mod enums;
 pub mod exercise;
+pub mod fnv;
 pub mod io;
 pub mod message;
 pub mod state;
 pub mod stream;
+pub mod text;
 
 pub use crisis::{
     ClassifierPath, CrisisAssessment, CrisisLevel, OverrideKind, ResourceLookupStatus,

@@ -18,6 +18,10 @@ fn is_apostrophe(c: char) -> bool {
 
 /// Splits text into normalized words; `lowercase = false` keeps the case
 /// (used for upper-case acronym aliases such as `IMPROVE`).
+///
+/// Deliberately not `opencouch_core::text::words`: the catalog's aliases
+/// and consent phrases are written without apostrophes (`dont`), and
+/// acronym aliases need the case kept.
 pub(crate) fn split_words(text: &str, lowercase: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fnv;
+use opencouch_core::fnv;
 
 /// The sign bit of a feature id: set when the feature counts negatively.
 pub const SIGN_BIT: u32 = 1 << 31;
@@ -305,6 +305,11 @@ fn push_windows(windows: &mut Vec<(u32, u32)>, start: usize, end: usize) {
 
 /// Splits normalized text into words, reporting clause and sentence
 /// boundaries met before each word (and once at the end).
+///
+/// Deliberately its own tokenizer (not `opencouch_core::text::words`): it
+/// needs the boundaries for negation scope and sentence windows, and the
+/// checked-in weights of the crisis gate were trained on exactly these
+/// tokens, so it must not change.
 struct Tokens<'a> {
     text: &'a str,
     pos: usize,

@@ -18,12 +18,9 @@
 //! * [`train`]: a deterministic trainer (AdaGrad on the logistic loss with a
 //!   seeded shuffle), so checked-in weights can be reproduced exactly from
 //!   the checked-in corpus.
-//!
-//! [`fnv`] is the one FNV-1a of the workspace's pure crates.
 
 pub mod error;
 pub mod features;
-pub mod fnv;
 pub mod model;
 pub mod train;
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::LlmError;
 use crate::config::{OPENAI_BASE_URL, mask_base_url, mask_key};
-use crate::http::{HttpCore, RetryPolicy};
+use crate::http::{HttpCore, http_core_for};
 
 /// Turns texts into vectors.
 #[async_trait]
@@ -140,18 +140,7 @@ struct WireItem {
 impl OpenAiEmbeddings {
     /// Builds the client; fails only on an unusable base URL.
     pub fn new(config: EmbeddingsConfig) -> Result<OpenAiEmbeddings, LlmError> {
-        let core = HttpCore::new(
-            &config.base_url,
-            config.api_key.clone(),
-            config.require_key,
-            config.timeout,
-            RetryPolicy {
-                max_attempts: config.max_attempts,
-                backoff_base: config.backoff_base,
-                max_backoff: config.max_backoff,
-            },
-            config.max_response_bytes,
-        )?;
+        let core = http_core_for!(&config)?;
         Ok(OpenAiEmbeddings {
             core,
             config,

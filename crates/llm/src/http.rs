@@ -96,6 +96,28 @@ fn capped(secs: f64) -> Duration {
     Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER.as_secs_f64()))
 }
 
+/// The [`HttpCore`] of a client configuration (`LlmConfig` or
+/// `EmbeddingsConfig`: both name their connection fields alike), or the
+/// configuration error of [`HttpCore::new`].
+macro_rules! http_core_for {
+    ($config:expr) => {{
+        let config = $config;
+        $crate::http::HttpCore::new(
+            &config.base_url,
+            config.api_key.clone(),
+            config.require_key,
+            config.timeout,
+            $crate::http::RetryPolicy {
+                max_attempts: config.max_attempts,
+                backoff_base: config.backoff_base,
+                max_backoff: config.max_backoff,
+            },
+            config.max_response_bytes,
+        )
+    }};
+}
+pub(crate) use http_core_for;
+
 /// A configured HTTP endpoint family (one base URL, one key).
 #[derive(Clone)]
 pub(crate) struct HttpCore {

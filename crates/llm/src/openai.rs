@@ -13,7 +13,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::config::{LlmConfig, MaxTokensField};
-use crate::http::{HttpCore, RetryPolicy};
+use crate::http::{HttpCore, http_core_for};
 use crate::sse::SseDecoder;
 use crate::stream::ToolCallAssembler;
 use crate::{
@@ -41,18 +41,7 @@ impl std::fmt::Debug for OpenAiCompatClient {
 impl OpenAiCompatClient {
     /// Builds a client; fails only on an unusable base URL.
     pub fn new(config: LlmConfig) -> Result<OpenAiCompatClient, LlmError> {
-        let core = HttpCore::new(
-            &config.base_url,
-            config.api_key.clone(),
-            config.require_key,
-            config.timeout,
-            RetryPolicy {
-                max_attempts: config.max_attempts,
-                backoff_base: config.backoff_base,
-                max_backoff: config.max_backoff,
-            },
-            config.max_response_bytes,
-        )?;
+        let core = http_core_for!(&config)?;
         Ok(OpenAiCompatClient { core, config })
     }
 

@@ -23,6 +23,11 @@ fn is_word_char(c: char) -> bool {
 }
 
 /// Unicode `\w+` runs, lowercased; CJK characters become one token each.
+///
+/// Deliberately not `opencouch_core::text::words`: retrieval and
+/// deduplication match remembered text in any script (CJK per character,
+/// `_` and combining marks inside words, apostrophes as breaks), not the
+/// rule-based English phrase lists.
 pub fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();

@@ -1,37 +1,9 @@
 //! Small, allocation-light text helpers shared by the rule-based parts:
 //! word tokenizing, phrase matching with a `*` wildcard, a stable hash.
 
-/// Lowercases and splits `text` into words. A word is a run of alphanumeric
-/// characters and apostrophes (curly apostrophes count as `'`); everything
-/// else separates words. Leading/trailing apostrophes are dropped.
-pub(crate) fn words(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for ch in text.chars() {
-        let ch = if matches!(ch, '\u{2019}' | '\u{2018}' | '`') {
-            '\''
-        } else {
-            ch
-        };
-        if ch.is_alphanumeric() || ch == '\'' {
-            cur.extend(ch.to_lowercase());
-        } else if !cur.is_empty() {
-            push_word(&mut out, &mut cur);
-        }
-    }
-    if !cur.is_empty() {
-        push_word(&mut out, &mut cur);
-    }
-    out
-}
-
-fn push_word(out: &mut Vec<String>, cur: &mut String) {
-    let w = cur.trim_matches('\'');
-    if !w.is_empty() {
-        out.push(w.to_owned());
-    }
-    cur.clear();
-}
+// Lowercases and splits `text` into words: the workspace's one word
+// tokenizer for rule-based matching (see `opencouch_core::text`).
+pub(crate) use opencouch_core::text::words;
 
 /// The largest number of words a `*` in a phrase may stand for.
 pub(crate) const WILDCARD_SPAN: usize = 5;
@@ -122,12 +94,7 @@ pub(crate) fn any_match(list: &[Phrase], tokens: &[String]) -> bool {
 /// 64-bit FNV-1a: a stable hash (unlike `DefaultHasher`, it never changes
 /// between Rust releases), used to seed deterministic template choice.
 pub(crate) fn fnv1a(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    opencouch_core::fnv::hash(text.as_bytes())
 }
 
 /// Cuts `s` to at most `max` characters on a char boundary.

@@ -292,41 +292,35 @@ impl CrisisGate {
                 } else {
                     layer
                 };
-                finish(
+                return finish(
                     merged,
                     ClassifierPath::LlmPrimary,
                     None,
                     false,
                     lowered,
                     layer,
-                )
+                );
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "crisis model failed; using deterministic ladder");
-                finish(
-                    det.assessment,
-                    ClassifierPath::Deterministic,
-                    None,
-                    true,
-                    false,
-                    layer,
-                )
             }
             Err(_) => {
                 tracing::warn!(
                     timeout_ms = self.timeout.as_millis() as u64,
                     "crisis model timed out; using deterministic ladder"
                 );
-                finish(
-                    det.assessment,
-                    ClassifierPath::Deterministic,
-                    None,
-                    true,
-                    false,
-                    layer,
-                )
             }
         }
+        // The model failed or timed out: the deterministic ladder decides,
+        // marked as a model failure.
+        finish(
+            det.assessment,
+            ClassifierPath::Deterministic,
+            None,
+            true,
+            false,
+            layer,
+        )
     }
 }
 

@@ -71,22 +71,41 @@ const FOLLOW_UP_NOTE: &str = "This turn is a follow-up inside an open crisis epi
 /// stored context (used when storage failed before the gate).
 pub(crate) fn deterministic_crisis(verdict: &GateVerdict, message: &str) -> SpecialistOutcome {
     let lookup = crisis_lookup_in(&[], message, None);
-    let mut diag = Diagnostics::new();
+    deterministic_outcome(
+        verdict.assessment(),
+        None,
+        &lookup,
+        Some("storage_unavailable".to_owned()),
+        verdict.llm_failure(),
+        &mut Diagnostics::new(),
+    )
+}
+
+/// The deterministic crisis outcome for `lookup` (no model reply): the
+/// verified text, its resources, and `diag` with the lookup status added.
+fn deterministic_outcome(
+    assessment: &opencouch_core::CrisisAssessment,
+    follow_up: Option<&FollowUpContext>,
+    lookup: &opencouch_safety::ResourceLookup,
+    fallback_reason: Option<String>,
+    llm_failure: bool,
+    diag: &mut Diagnostics,
+) -> SpecialistOutcome {
     diag.set("crisis_resource_status", lookup.status.as_str());
     SpecialistOutcome {
-        text: crisis_text(verdict.assessment(), None, &lookup),
+        text: crisis_text(assessment, follow_up, lookup),
         style: ResponseStyle::CrisisResponse,
-        resources: resources_json(&lookup),
+        resources: resources_json(lookup),
         crisis: Some(CrisisInfo {
             response_path: ResponsePath::Deterministic,
             lookup_status: lookup.status,
             resource_count: lookup.resources.len() as u32,
             tool_calls: Vec::new(),
-            fallback_reason: Some("storage_unavailable".to_owned()),
-            llm_failure: verdict.llm_failure(),
+            fallback_reason,
+            llm_failure,
             country_code: lookup.country_code.clone(),
         }),
-        diagnostics: diag,
+        diagnostics: std::mem::take(diag),
         ..Default::default()
     }
 }
@@ -228,28 +247,18 @@ async fn crisis_response(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistO
     })
     .await
     .or_deterministic(&mut diag, FailureNote::Specialist, |diag, why| {
-        let lookup = turn_lookup();
-        diag.set("crisis_resource_status", lookup.status.as_str());
         let (fallback_reason, llm_failure) = match why {
             Fallback::Failed(e) => (Some(e.kind().to_owned()), true),
             Fallback::NoModel | Fallback::Unusable => (None, false),
         };
-        SpecialistOutcome {
-            text: crisis_text(assessment, follow_up.as_ref(), &lookup),
-            style: ResponseStyle::CrisisResponse,
-            resources: resources_json(&lookup),
-            crisis: Some(CrisisInfo {
-                response_path: ResponsePath::Deterministic,
-                lookup_status: lookup.status,
-                resource_count: lookup.resources.len() as u32,
-                tool_calls: Vec::new(),
-                fallback_reason,
-                llm_failure,
-                country_code: lookup.country_code.clone(),
-            }),
-            diagnostics: std::mem::take(diag),
-            ..Default::default()
-        }
+        deterministic_outcome(
+            assessment,
+            follow_up.as_ref(),
+            &turn_lookup(),
+            fallback_reason,
+            llm_failure,
+            diag,
+        )
     })
 }
 

@@ -8,6 +8,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+// The same words as the rule-based responder sees (one tokenizer, so a
+// feeling word is found alike with straight and curly apostrophes).
+use opencouch_core::text::words;
 use opencouch_core::{Approach, Message, ModelTier};
 use opencouch_memory::{MoodArc, SessionArc, types::NewSessionArc};
 use serde::Deserialize;
@@ -152,14 +155,8 @@ const STOP: &[&str] = &[
     "being",
 ];
 
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .map(|w| w.trim_matches('\'').to_lowercase())
-        .filter(|w| !w.is_empty())
-}
-
 fn mood_of(text: &str) -> Option<&'static str> {
-    let ws: Vec<String> = words(text).collect();
+    let ws = words(text);
     FEELINGS
         .iter()
         .find(|(k, _)| ws.iter().any(|w| w == k))

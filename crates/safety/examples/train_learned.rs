@@ -18,7 +18,8 @@
 
 use std::path::PathBuf;
 
-use opencouch_learn::{Example, FeatureConfig, Featurizer, TrainConfig, fnv, train};
+use opencouch_core::fnv;
+use opencouch_learn::{Example, FeatureConfig, Featurizer, TrainConfig, train};
 use opencouch_safety::learned::HEADS;
 use opencouch_safety::normalize;
 use serde::Deserialize;

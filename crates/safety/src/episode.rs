@@ -206,6 +206,9 @@ fn fold(text: &str) -> String {
     out
 }
 
+/// The words of [`fold`]ed text. Deliberately not
+/// `opencouch_core::text::words`: the episode data is matched on the
+/// gate's normalized, apostrophe-free, de-stretched form.
 fn words(text: &str) -> Vec<String> {
     text.split_whitespace().map(str::to_owned).collect()
 }

@@ -44,10 +44,12 @@
 //! per token (multi-word entries are checked from their first word).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::LazyLock;
 
 use serde::Deserialize;
+
+use opencouch_core::fnv::Fnv;
 
 use crate::error::SafetyError;
 
@@ -305,27 +307,7 @@ impl GrammarReport {
 
 // ---------------------------------------------------------------- lexicon
 
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
+/// Keyed by FNV-1a (our own data: speed over DoS resistance).
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 #[derive(Deserialize)]
@@ -531,6 +513,10 @@ fn is_word_byte(b: u8) -> bool {
 /// starts. Sentence ends: `. ! ? ;` and line breaks; clause breaks also at
 /// commas, conjunctions and subject pronouns. Text inside double quotes is
 /// skipped: quoted speech is not the speaker's own statement.
+///
+/// Deliberately not `opencouch_core::text::words`: the grammar reads the
+/// normalizer's output and needs the clause and sentence marks and the
+/// quote skipping, which a plain word list loses.
 fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
     let bytes = text.as_bytes();
     let mut i = 0usize;

@@ -111,6 +111,9 @@ impl Lang {
 pub fn detect_language(text: &str) -> Lang {
     let norm = normalize(text);
     let mut scores = [0usize; 6];
+    // Split the gate's normalized text itself (not through
+    // `opencouch_core::text::words`), so detection sees exactly the words
+    // the crisis families are matched on.
     for word in norm.split(|c: char| !(c.is_alphanumeric() || c == '\'')) {
         if word.is_empty() {
             continue;

@@ -11,12 +11,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use aho_corasick::AhoCorasick;
 use serde::Deserialize;
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
+
+use opencouch_core::fnv::Fnv;
 
 use crate::error::SafetyError;
 
@@ -36,35 +38,14 @@ struct RawStretch {
 
 /// The loaded normalization tables.
 pub(crate) struct Tables {
+    /// Keyed by FNV-1a: the table is looked up once per word, so a cheap
+    /// hash matters more than DoS resistance (the keys are our own data).
     pub(crate) tokens: HashMap<String, String, BuildHasherDefault<Fnv>>,
     /// Padded (" key ", " value ") pairs, longest key first.
     pub(crate) phrases: Vec<(String, String)>,
     /// Finds whether any phrase key occurs at all (most messages have none).
     phrase_finder: Option<AhoCorasick>,
     pub(crate) double_words: HashSet<String>,
-}
-
-/// FNV-1a: the token table is looked up once per word, so a cheap hash
-/// matters more than DoS resistance (the keys are our own data).
-#[derive(Default)]
-pub(crate) struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
 }
 
 pub(crate) fn load_tables() -> Result<Tables, SafetyError> {
@@ -280,6 +261,8 @@ fn collapse_spaces(s: &str) -> String {
 
 /// Token characters: letters, digits, apostrophes, asterisks (masking),
 /// `@` and `$` (leetspeak); `!` only between two word characters ("k!ll").
+/// Deliberately wider than `opencouch_core::text::words`: masked and
+/// leetspeak words must reach the token table whole before any splitting.
 fn is_token_char(chars: &[char], i: usize) -> bool {
     let c = chars[i];
     if c.is_alphanumeric() || matches!(c, '\'' | '*' | '@' | '$') {

@@ -221,115 +221,106 @@ fn expand(src: &str, vars: &HashMap<String, String>) -> String {
     out.replace(r"\w", r"[0-9a-z_']")
 }
 
-impl Rules {
-    /// Parses and compiles the embedded family file.
-    pub fn load() -> Result<Rules, SafetyError> {
-        let raw: RawFile = toml::from_str(FAMILIES_TOML).map_err(|e| SafetyError::Data {
-            file: "families.toml",
-            detail: e.to_string(),
+/// The pattern lists both family files feed, in load order.
+#[derive(Default)]
+struct Patterns {
+    user: Vec<String>,
+    user_map: Vec<Family>,
+    assistant: Vec<String>,
+    assistant_map: Vec<Family>,
+    strip: Vec<String>,
+}
+
+/// Parses one family file and adds its compiled-checked patterns to `pats`.
+/// `multilingual` is the file of additions (`families_intl.toml`): every
+/// family there names its `lang`, may appear once per language, is never
+/// assistant-side, and its errors name the family with its language.
+fn load_file(
+    file: &'static str,
+    src: &str,
+    multilingual: bool,
+    pats: &mut Patterns,
+) -> Result<Vec<(Family, RawFamily)>, SafetyError> {
+    let raw: RawFile = toml::from_str(src).map_err(|e| SafetyError::Data {
+        file,
+        detail: e.to_string(),
+    })?;
+    let mut loaded: Vec<(Family, RawFamily)> = Vec::new();
+    for fam in raw.family {
+        let kind = Family::from_name(&fam.name).ok_or_else(|| SafetyError::Data {
+            file,
+            detail: format!("unknown family name {}", fam.name),
         })?;
-        let mut families = Vec::new();
-        let mut user_pats = Vec::new();
-        let mut user_map = Vec::new();
-        let mut asst_pats = Vec::new();
-        let mut asst_map = Vec::new();
-        let mut strip_pats = Vec::new();
-        for fam in raw.family {
-            let kind = Family::from_name(&fam.name).ok_or_else(|| SafetyError::Data {
-                file: "families.toml",
-                detail: format!("unknown family name {}", fam.name),
-            })?;
-            if families.iter().any(|(k, _)| *k == kind) {
+        let label = if multilingual {
+            let Some(lang) = fam.lang.as_deref() else {
                 return Err(SafetyError::Data {
-                    file: "families.toml",
-                    detail: format!("family {} defined twice", fam.name),
-                });
-            }
-            for (index, p) in fam.patterns.iter().enumerate() {
-                let src = expand(p, &raw.vars);
-                if src.contains('%') {
-                    return Err(SafetyError::Pattern {
-                        family: fam.name.clone(),
-                        index,
-                        detail: "unknown %variable%".into(),
-                    });
-                }
-                RegexBuilder::new(&src)
-                    .unicode(false)
-                    .build()
-                    .map_err(|e| SafetyError::Pattern {
-                        family: fam.name.clone(),
-                        index,
-                        detail: e.to_string(),
-                    })?;
-                if kind.assistant_side() {
-                    asst_pats.push(src);
-                    asst_map.push(kind);
-                } else {
-                    if kind.strips() {
-                        strip_pats.push(format!("(?:{src})"));
-                    }
-                    user_pats.push(src);
-                    user_map.push(kind);
-                }
-            }
-            families.push((kind, fam));
-        }
-        let intl_raw: RawFile =
-            toml::from_str(FAMILIES_INTL_TOML).map_err(|e| SafetyError::Data {
-                file: "families_intl.toml",
-                detail: e.to_string(),
-            })?;
-        let mut intl = Vec::new();
-        for fam in intl_raw.family {
-            let kind = Family::from_name(&fam.name).ok_or_else(|| SafetyError::Data {
-                file: "families_intl.toml",
-                detail: format!("unknown family name {}", fam.name),
-            })?;
-            let Some(lang) = fam.lang.clone() else {
-                return Err(SafetyError::Data {
-                    file: "families_intl.toml",
+                    file,
                     detail: format!("family {} has no lang", fam.name),
                 });
             };
             if kind.assistant_side()
-                || intl.iter().any(|(k, f): &(Family, RawFamily)| {
-                    *k == kind && f.lang.as_deref() == Some(&lang)
-                })
+                || loaded
+                    .iter()
+                    .any(|(k, f)| *k == kind && f.lang.as_deref() == Some(lang))
             {
                 return Err(SafetyError::Data {
-                    file: "families_intl.toml",
+                    file,
                     detail: format!(
                         "family {} ({lang}) defined twice or assistant-side",
                         fam.name
                     ),
                 });
             }
-            for (index, p) in fam.patterns.iter().enumerate() {
-                let src = expand(p, &intl_raw.vars);
-                if src.contains('%') {
-                    return Err(SafetyError::Pattern {
-                        family: format!("{} ({lang})", fam.name),
-                        index,
-                        detail: "unknown %variable%".into(),
-                    });
-                }
-                RegexBuilder::new(&src)
-                    .unicode(false)
-                    .build()
-                    .map_err(|e| SafetyError::Pattern {
-                        family: format!("{} ({lang})", fam.name),
-                        index,
-                        detail: e.to_string(),
-                    })?;
-                if kind.strips() {
-                    strip_pats.push(format!("(?:{src})"));
-                }
-                user_pats.push(src);
-                user_map.push(kind);
+            format!("{} ({lang})", fam.name)
+        } else {
+            if loaded.iter().any(|(k, _)| *k == kind) {
+                return Err(SafetyError::Data {
+                    file,
+                    detail: format!("family {} defined twice", fam.name),
+                });
             }
-            intl.push((kind, fam));
+            fam.name.clone()
+        };
+        for (index, p) in fam.patterns.iter().enumerate() {
+            let src = expand(p, &raw.vars);
+            if src.contains('%') {
+                return Err(SafetyError::Pattern {
+                    family: label.clone(),
+                    index,
+                    detail: "unknown %variable%".into(),
+                });
+            }
+            RegexBuilder::new(&src)
+                .unicode(false)
+                .build()
+                .map_err(|e| SafetyError::Pattern {
+                    family: label.clone(),
+                    index,
+                    detail: e.to_string(),
+                })?;
+            if kind.assistant_side() {
+                pats.assistant.push(src);
+                pats.assistant_map.push(kind);
+            } else {
+                if kind.strips() {
+                    pats.strip.push(format!("(?:{src})"));
+                }
+                pats.user.push(src);
+                pats.user_map.push(kind);
+            }
         }
+        loaded.push((kind, fam));
+    }
+    Ok(loaded)
+}
+
+impl Rules {
+    /// Parses and compiles the embedded family files (English, then the
+    /// multilingual additions).
+    pub fn load() -> Result<Rules, SafetyError> {
+        let mut pats = Patterns::default();
+        let families = load_file("families.toml", FAMILIES_TOML, false, &mut pats)?;
+        let intl = load_file("families_intl.toml", FAMILIES_INTL_TOML, true, &mut pats)?;
         for f in Family::ALL {
             if !families.iter().any(|(k, _)| *k == f) {
                 return Err(SafetyError::Data {
@@ -342,17 +333,17 @@ impl Rules {
             file: "families.toml",
             detail: e.to_string(),
         };
-        let user_set = RegexSetBuilder::new(&user_pats)
+        let user_set = RegexSetBuilder::new(&pats.user)
             .unicode(false)
             .size_limit(64 << 20)
             .dfa_size_limit(64 << 20)
             .build()
             .map_err(build_err)?;
-        let assistant_set = RegexSetBuilder::new(&asst_pats)
+        let assistant_set = RegexSetBuilder::new(&pats.assistant)
             .unicode(false)
             .build()
             .map_err(build_err)?;
-        let strip_re = RegexBuilder::new(&strip_pats.join("|"))
+        let strip_re = RegexBuilder::new(&pats.strip.join("|"))
             .unicode(false)
             .size_limit(64 << 20)
             .dfa_size_limit(64 << 20)
@@ -360,9 +351,9 @@ impl Rules {
             .map_err(build_err)?;
         Ok(Rules {
             user_set,
-            user_map,
+            user_map: pats.user_map,
             assistant_set,
-            assistant_map: asst_map,
+            assistant_map: pats.assistant_map,
             strip_re,
             families,
             intl,

@@ -1,16 +1,11 @@
 //! Deterministic bag-of-words embeddings used by the fake embeddings endpoint.
 
-/// FNV-1a 64-bit hash: stable across platforms and releases.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
+use opencouch_core::fnv;
 
-/// Lower-cased alphanumeric tokens of `text`.
+/// Lower-cased alphanumeric tokens of `text`. Deliberately simpler than
+/// `opencouch_core::text::words` (apostrophes split words): the fake
+/// embeddings only need to be deterministic and to stay stable for the
+/// tests built on their similarities.
 pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|t| !t.is_empty())
@@ -28,7 +23,7 @@ pub fn hash_embedding(text: &str, dimension: usize) -> Vec<f32> {
     let dim = dimension.max(1);
     let mut v = vec![0.0_f32; dim];
     for token in tokens(text) {
-        let h = fnv1a(token.as_bytes());
+        let h = fnv::hash(token.as_bytes());
         let idx = usize::try_from(h % dim as u64).unwrap_or(0);
         let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
         v[idx] += sign;

@@ -8,17 +8,30 @@ use chrono::{Duration, TimeZone, Utc};
 use opencouch_core::{Channel, Message, ThreadState};
 use opencouch_store::{SessionWrite, SqliteStores, Stores, TurnCommit};
 
-/// A command with a clean environment (deterministic, no model) and XDG
-/// paths inside `home`, on the data directory `data`.
-pub fn opencouch(home: &Path, data: &Path) -> Command {
+/// The binary with a cleared environment: only `PATH`, and `HOME` and the
+/// XDG paths inside `home` (so no user config or data is read).
+pub fn clean(home: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_opencouch"));
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("OPENCOUCH_MODE", "deterministic")
-        .env("OPENCOUCH_NO_MODEL_HINT", "1")
+        .env("XDG_DATA_HOME", home.join("data"));
+    cmd
+}
+
+/// [`clean`] in deterministic mode (no model).
+pub fn deterministic(home: &Path) -> Command {
+    let mut cmd = clean(home);
+    cmd.env("OPENCOUCH_MODE", "deterministic");
+    cmd
+}
+
+/// A command with a clean environment (deterministic, no model) and XDG
+/// paths inside `home`, on the data directory `data`.
+pub fn opencouch(home: &Path, data: &Path) -> Command {
+    let mut cmd = deterministic(home);
+    cmd.env("OPENCOUCH_NO_MODEL_HINT", "1")
         .arg("--data-dir")
         .arg(data);
     cmd

@@ -1,6 +1,10 @@
 //! FNV-1a (64 bit): a tiny, stable hash for feature hashing and for keys
 //! that are the project's own data (not exposed to hostile input at scale,
-//! so DoS resistance does not matter, speed and stability do).
+//! so DoS resistance does not matter, speed and stability do). The one
+//! FNV-1a of the workspace: the learned crisis gate's features
+//! (`opencouch-learn`, whose checked-in weights depend on these exact
+//! values), the safety crate's lookup tables, the rule-based responder's
+//! template choice and the test kit's fake embeddings.
 
 /// The FNV-1a 64-bit offset basis.
 pub const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -54,5 +58,28 @@ mod tests {
         assert_eq!(hash(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(hash(b"foobar"), 0x8594_4171_f739_67e8);
         assert_eq!(extend(hash(b"foo"), b"bar"), hash(b"foobar"));
+    }
+
+    #[test]
+    fn pinned_values_and_hasher() {
+        use std::hash::Hasher;
+        // Pinned outputs (the learned gate's weights and the responder's
+        // template choice depend on them).
+        assert_eq!(hash(b"hello"), 0xa430_d846_80aa_bd0b);
+        assert_eq!(hash("überfordert".as_bytes()), hash_of_str("überfordert"));
+        let mut h = Fnv::default();
+        assert_eq!(h.finish(), OFFSET);
+        h.write(b"foo");
+        h.write(b"bar");
+        assert_eq!(h.finish(), hash(b"foobar"));
+    }
+
+    fn hash_of_str(s: &str) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in s.as_bytes() {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
     }
 }

@@ -19,6 +19,7 @@ pub mod exercise;
 pub mod extraction;
 mod fallback;
 pub mod gate;
+pub mod intent;
 pub mod memory;
 pub mod owner_data;
 pub mod plan;

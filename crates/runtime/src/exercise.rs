@@ -296,11 +296,16 @@ async fn continue_step(
                 step.completion,
                 opencouch_exercises::Completion::Items { .. }
             );
+            let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
             let learned = (reading.layer == IntentLayerKind::Learned)
                 .then_some(reading.intent)
                 // "ok" confirms a breathing step; only a step that asks for
                 // things named treats it as no answer.
-                .filter(|i| counting || *i != Intent::ExerciseNotAnAnswer);
+                .filter(|i| counting || *i != Intent::ExerciseNotAnAnswer)
+                // The step classifier's confident verdicts are rules too: the
+                // layer refines a hold ("ok" counted as an item) or an
+                // unsure verdict, never a confident answer.
+                .filter(|_| !assessment.confident || assessment.outcome == StepOutcome::Hold);
             if learned == Some(Intent::ExercisePause) {
                 return outcome(pause_line(exercise), ExerciseUpdate::Keep, approach, diag);
             }
@@ -315,7 +320,6 @@ async fn continue_step(
                         | Intent::ExerciseSideQuestion
                 )
             );
-            let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
             let outcome_now = match learned {
                 Some(Intent::ExerciseStop) => StepOutcome::Exit,
                 Some(Intent::ExerciseStuck | Intent::ExerciseEasier) => StepOutcome::Stuck,

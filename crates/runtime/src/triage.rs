@@ -213,10 +213,10 @@ fn apply_chat_intent(d: &mut TriageDecision, i: Intent) -> bool {
         Intent::MemoryShow => Some(MemoryActionType::List),
         Intent::MemoryStatus => Some(MemoryActionType::Status),
         Intent::MemoryRecallOn | Intent::MemoryRecallOff => Some(MemoryActionType::SetRecall),
-        Intent::MemorySavePreference | Intent::MemorySaveFact => {
-            Some(MemoryActionType::SavePreference)
-        }
-        Intent::MemoryForget => Some(MemoryActionType::ForgetByQuery),
+        // Saving and forgetting need the person's exact words, which only
+        // the parser (or a model) extracts; without them the memory turn
+        // could only answer with help, so these stay ordinary turns (the
+        // deterministic extractor still sees a fact told in passing).
         _ => None,
     };
     if let Some(action) = memory {

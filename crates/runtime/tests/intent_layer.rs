@@ -126,7 +126,16 @@ fn on_the_frozen_set_no_exercise_ends_by_mistake_and_recall_rises_over_the_rules
     let (worst, recall) = after.min_recall().expect("intents");
     assert!(recall >= 0.4, "{worst}: {recall}");
     for (i, c) in &after.per_intent {
-        assert!(c.recall() >= before.per_intent[i].recall() - 0.02, "{i}");
+        let was = &before.per_intent[i];
+        if matches!(i, Intent::None | Intent::ExerciseAnswer) {
+            // Everything unrecognised falls back to these: the rules alone
+            // "recall" them by default; what matters is that they are no
+            // longer where everything else lands.
+            assert!(c.precision() > was.precision(), "{i}");
+            assert!(c.recall() >= 0.9, "{i}: {}", c.recall());
+        } else {
+            assert!(c.recall() >= was.recall(), "{i}");
+        }
     }
 }
 

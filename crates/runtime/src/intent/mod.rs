@@ -408,10 +408,18 @@ pub fn decide_chat(message: &str, last_assistant: Option<&str>) -> IntentDecisio
     {
         return IntentDecision::rules(Intent::GroundedLookup);
     }
-    if let Some(id) = opencouch_exercises::detect_start(message, last_assistant).exercise_id()
-        && let Some(i) = Intent::request_for_exercise(id)
-    {
-        return IntentDecision::rules(i);
+    // A request by name (or the acceptance of an offer) is the rules'
+    // reading; an offer rule ("so anxious", "help me calm down") only says
+    // an exercise may fit, not that one was asked for: the learned layer
+    // reads those.
+    use opencouch_exercises::StartDecision;
+    match opencouch_exercises::detect_start(message, last_assistant) {
+        StartDecision::ExplicitUserRequest(id) | StartDecision::AcceptedAssistantOffer(id) => {
+            if let Some(i) = Intent::request_for_exercise(&id) {
+                return IntentDecision::rules(i);
+            }
+        }
+        StartDecision::OfferInstead(_) | StartDecision::None => {}
     }
     IntentDecision::learned_or(IntentContext::Chat, message)
 }

@@ -375,7 +375,10 @@ async fn continue_step(
         _ => json!({}),
     };
 
-    let deterministic = {
+    let deterministic = if not_an_answer && matches!(transition, Transition::Hold(_)) {
+        // Asked again, with no "good start": nothing was named.
+        opencouch_exercises::render_step(exercise, idx, opencouch_exercises::RenderMode::Repeat)
+    } else {
         let refs: Vec<&str> = replies.iter().map(String::as_str).collect();
         opencouch_exercises::render_transition(exercise, state, &transition, &refs)
     };

@@ -295,8 +295,8 @@ pub fn normalize(message: &str) -> String {
 }
 
 /// The embedded layer's confident reading of `message`, or `None` (below
-/// the threshold, or the layer failed to load, which is logged once per
-/// call site by the caller's diagnostics, never with the text).
+/// the threshold, or the embedded data failed to load: a broken build,
+/// tested never to happen; today's behaviour then stands).
 pub fn recognise(context: IntentContext, message: &str) -> Option<IntentScore> {
     IntentLayer::embedded()
         .ok()

@@ -15,6 +15,7 @@ mod chat;
 mod download;
 mod eval_crisis;
 mod eval_memory;
+mod eval_routing;
 mod memory_cmd;
 mod models;
 mod out;
@@ -107,6 +108,8 @@ enum EvalCmd {
     Crisis(eval_crisis::EvalCrisisArgs),
     /// LoCoMo recall@k of evidence turns for token, embedding or hybrid retrieval
     Memory(eval_memory::EvalMemoryArgs),
+    /// Intent routing precision / recall on a labelled file (the frozen intent set's format)
+    Routing(eval_routing::EvalRoutingArgs),
 }
 
 fn load_settings(
@@ -214,6 +217,7 @@ fn dispatch_sync(cli: &Cli) -> Option<anyhow::Result<()>> {
             Some(load_settings(&cli.global, None, None).and_then(|s| eval_crisis::run(&args, &s)))
         }
         Command::Eval(EvalCmd::Memory(args)) => Some(eval_memory::run(args)),
+        Command::Eval(EvalCmd::Routing(args)) => Some(eval_routing::run(args)),
         _ => None,
     }
 }

@@ -15,9 +15,10 @@
 //!   scored over the whole text and over sentence windows, and a compact
 //!   binary encoding that embeds in the binary and loads in well under a
 //!   millisecond.
-//! * [`train`]: a deterministic trainer (AdaGrad on the logistic loss with a
-//!   seeded shuffle), so checked-in weights can be reproduced exactly from
-//!   the checked-in corpus.
+//! * [`train`]: deterministic trainers (AdaGrad with a seeded shuffle) for
+//!   independent logistic heads ([`train()`]) and for softmax classes in
+//!   groups ([`train_softmax`], the intent layer's), so checked-in weights
+//!   can be reproduced exactly from the checked-in corpus.
 
 pub mod error;
 pub mod features;
@@ -27,4 +28,4 @@ pub mod train;
 pub use error::LearnError;
 pub use features::{FeatureConfig, Features, Featurizer};
 pub use model::{LinearModel, ModelMeta, Scores};
-pub use train::{Example, TrainConfig, train};
+pub use train::{Example, TrainConfig, softmax_over, train, train_softmax};

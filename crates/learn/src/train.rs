@@ -140,6 +140,119 @@ pub fn train(
     LinearModel::from_parts(meta, w, b)
 }
 
+/// Trains a multi-class model: for each example, one softmax over the heads
+/// whose target is not `NaN` (so classes of different contexts never
+/// compete), with the target a distribution over them (one-hot for a
+/// labelled class). Deterministic like [`train`]. Score it with
+/// [`LinearModel::logits_into`] and a softmax over the same heads
+/// ([`softmax_over`]).
+pub fn train_softmax(
+    examples: &[Example],
+    heads: &[String],
+    features: FeatureConfig,
+    config: &TrainConfig,
+    corpus_sha256: &str,
+) -> Result<LinearModel, LearnError> {
+    let k = heads.len();
+    if k < 2 {
+        return Err(LearnError::Config(
+            "a softmax needs two heads or more".into(),
+        ));
+    }
+    if let Some(bad) = examples.iter().position(|e| e.targets.len() != k) {
+        return Err(LearnError::Config(format!(
+            "example {bad} has {} targets for {k} heads",
+            examples[bad].targets.len()
+        )));
+    }
+    let buckets = features.buckets();
+    let mut w = vec![0f32; buckets * k];
+    let mut g2 = vec![0f32; buckets * k];
+    let mut b = vec![0f32; k];
+    let mut bg2 = vec![0f32; k];
+    let eps = 1e-6f32;
+    let lr = config.learning_rate;
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    let mut rng = Rng(config.seed.max(1));
+    let mut z = vec![0f32; k];
+    let mut active = Vec::with_capacity(k);
+    for _ in 0..config.epochs {
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i + 1);
+            order.swap(i, j);
+        }
+        for &e in &order {
+            let ex = &examples[e];
+            active.clear();
+            active.extend((0..k).filter(|&h| !ex.targets[h].is_nan()));
+            if active.len() < 2 {
+                continue;
+            }
+            let ids = &ex.features.ids;
+            let scale = if ids.is_empty() {
+                0.0
+            } else {
+                1.0 / (ids.len() as f32).sqrt()
+            };
+            for &h in &active {
+                let mut zh = b[h];
+                for &id in ids {
+                    let v = w[(id & !SIGN_BIT) as usize * k + h];
+                    zh += if id & SIGN_BIT != 0 { -v } else { v } * scale;
+                }
+                z[h] = zh;
+            }
+            softmax_over(&mut z, &active);
+            for &h in &active {
+                let g = (z[h] - ex.targets[h]) * ex.weight;
+                if g == 0.0 {
+                    continue;
+                }
+                bg2[h] += g * g;
+                b[h] -= lr * g / (bg2[h] + eps).sqrt();
+                for &id in ids {
+                    let slot = (id & !SIGN_BIT) as usize * k + h;
+                    let x = if id & SIGN_BIT != 0 { -scale } else { scale };
+                    let grad = g * x + config.l2 * w[slot];
+                    g2[slot] += grad * grad;
+                    w[slot] -= lr * grad / (g2[slot] + eps).sqrt();
+                }
+            }
+        }
+    }
+    let meta = ModelMeta {
+        features,
+        heads: heads.to_vec(),
+        corpus_sha256: corpus_sha256.to_owned(),
+        examples: examples.len(),
+        notes: format!(
+            "softmax adagrad epochs={} lr={} l2={} seed={}",
+            config.epochs, config.learning_rate, config.l2, config.seed
+        ),
+    };
+    LinearModel::from_parts(meta, w, b)
+}
+
+/// Turns the logits at `heads` into probabilities in place (a numerically
+/// stable softmax over those heads only; the others are left as they are).
+pub fn softmax_over(logits: &mut [f32], heads: &[usize]) {
+    let max = heads
+        .iter()
+        .map(|&h| logits[h])
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for &h in heads {
+        let e = (logits[h] - max).exp();
+        logits[h] = e;
+        sum += e;
+    }
+    if sum > 0.0 {
+        for &h in heads {
+            logits[h] /= sum;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +277,46 @@ mod tests {
         assert!(train(&data, &[], *f.config(), &TrainConfig::default(), "x").is_err());
         let two = ["a".to_owned(), "b".to_owned()];
         assert!(train(&data, &two, *f.config(), &TrainConfig::default(), "x").is_err());
+    }
+
+    #[test]
+    fn the_softmax_trainer_separates_classes_within_their_group_only() {
+        let f = Featurizer::new(FeatureConfig {
+            buckets_log2: 10,
+            ..FeatureConfig::default()
+        });
+        let nan = f32::NAN;
+        // Heads 0-1 are one group ("stop" / "go"), 2-3 another ("hi" / "bye").
+        let ex = |t: &str, y: [f32; 4]| Example {
+            features: f.features(t),
+            targets: y.to_vec(),
+            weight: 1.0,
+        };
+        let data = vec![
+            ex("please stop now", [1.0, 0.0, nan, nan]),
+            ex("stop it", [1.0, 0.0, nan, nan]),
+            ex("keep going", [0.0, 1.0, nan, nan]),
+            ex("go on then", [0.0, 1.0, nan, nan]),
+            ex("hello there", [nan, nan, 1.0, 0.0]),
+            ex("goodbye then", [nan, nan, 0.0, 1.0]),
+        ];
+        let heads: Vec<String> = ["stop", "go", "hi", "bye"].map(str::to_owned).to_vec();
+        let cfg = TrainConfig::default();
+        let m = train_softmax(&data, &heads, *f.config(), &cfg, "x").expect("trains");
+        let again = train_softmax(&data, &heads, *f.config(), &cfg, "x").expect("trains");
+        assert_eq!(m.encode(0.0), again.encode(0.0));
+        let probs = |t: &str, group: &[usize]| {
+            let mut z = vec![0f32; 4];
+            m.logits_into(&f.features(t).ids, &mut z);
+            softmax_over(&mut z, group);
+            z
+        };
+        let p = probs("stop please", &[0, 1]);
+        assert!(p[0] > 0.5 && (p[0] + p[1] - 1.0).abs() < 1e-5, "{p:?}");
+        let p = probs("go on", &[0, 1]);
+        assert!(p[1] > 0.5, "{p:?}");
+        let p = probs("goodbye", &[2, 3]);
+        assert!(p[3] > 0.5, "{p:?}");
+        assert!(train_softmax(&data, &heads[..1], *f.config(), &cfg, "x").is_err());
     }
 }

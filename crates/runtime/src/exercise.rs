@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{Toolbox, run_tool_loop};
 use crate::fallback::{FailureNote, model_reply};
+use crate::intent::{self, Intent, IntentLayerKind};
 use crate::ports::Ports;
 use crate::stage::{
     SpecialistInput, SpecialistOutcome, deterministic_therapeutic, instruction_spec, messages_for,
@@ -184,12 +185,12 @@ pub(crate) async fn run(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOu
             };
             let approach = state.exercise_therapeutic_approach;
             match si.plan.flow_action {
-                FlowAction::Clear => outcome(
-                    opencouch_exercises::render_cancel(),
-                    ExerciseUpdate::Clear,
-                    approach,
-                    diag,
-                ),
+                FlowAction::Clear => {
+                    let mut o =
+                        outcome(warm_close(exercise), ExerciseUpdate::Clear, approach, diag);
+                    record_partial(si, exercise, &mut o);
+                    o
+                }
                 FlowAction::Resume => {
                     let idx = state.exercise_step as usize;
                     let text = opencouch_exercises::render_resume(exercise, idx)
@@ -280,19 +281,62 @@ async fn continue_step(
 
     // Model path: the model may record progress (validated), and words it.
     let (model_text, recorded) = model_turn(ports, si, exercise, state, &mut diag).await;
+    let mut not_an_answer = false;
     let (step_outcome, transition) = match recorded {
         Some(p) => {
             diag.set("exercise_progress_source", "model_tool");
             (p.outcome, p.transition)
         }
         None => {
+            // The phrase rules first, then the intent layer behind them.
+            let reading = intent::decide_exercise(reply, Some(step));
+            diag.set("exercise_intent", reading.intent.as_str());
+            diag.set("exercise_intent_layer", reading.layer.as_str());
+            let counting = matches!(
+                step.completion,
+                opencouch_exercises::Completion::Items { .. }
+            );
             let assessment = opencouch_exercises::assess_step(step, &earlier_refs, reply);
-            let outcome_now = if ports.model.is_some() && !assessment.confident {
-                classify_with_model(ports, exercise, step, reply, &mut diag)
-                    .await
-                    .unwrap_or(assessment.outcome)
-            } else {
-                assessment.outcome
+            let learned = (reading.layer == IntentLayerKind::Learned)
+                .then_some(reading.intent)
+                // "ok" confirms a breathing step; only a step that asks for
+                // things named treats it as no answer.
+                .filter(|i| counting || *i != Intent::ExerciseNotAnAnswer)
+                // The step classifier's confident verdicts are rules too: the
+                // layer refines a hold ("ok" counted as an item) or an
+                // unsure verdict, never a confident answer.
+                .filter(|_| !assessment.confident || assessment.outcome == StepOutcome::Hold);
+            if learned == Some(Intent::ExercisePause) {
+                return outcome(pause_line(exercise), ExerciseUpdate::Keep, approach, diag);
+            }
+            // A non-answer, a cry for help with the step or a side remark is
+            // not an item named.
+            not_an_answer = matches!(
+                learned,
+                Some(
+                    Intent::ExerciseNotAnAnswer
+                        | Intent::ExerciseStuck
+                        | Intent::ExerciseEasier
+                        | Intent::ExerciseSideQuestion
+                )
+            );
+            let outcome_now = match learned {
+                Some(Intent::ExerciseStop) => StepOutcome::Exit,
+                Some(Intent::ExerciseStuck | Intent::ExerciseEasier) => StepOutcome::Stuck,
+                Some(Intent::ExerciseNotAnAnswer | Intent::ExerciseSideQuestion) => {
+                    StepOutcome::Hold
+                }
+                Some(Intent::ExerciseContinue | Intent::ExerciseDone)
+                    if assessment.outcome == StepOutcome::Hold =>
+                {
+                    StepOutcome::Complete
+                }
+                _ if ports.model.is_some() && !assessment.confident => {
+                    classify_with_model(ports, exercise, step, reply, &mut diag)
+                        .await
+                        .unwrap_or(assessment.outcome)
+                }
+                _ => assessment.outcome,
             };
             diag.set(
                 "exercise_progress_source",
@@ -323,13 +367,18 @@ async fn continue_step(
     // Remember this step's replies (items can be named over several turns).
     let key = format!("{}#{}", state.exercise_type, state.exercise_step_id);
     let mut replies = earlier.clone();
-    replies.push(reply.to_owned());
+    if !not_an_answer {
+        replies.push(reply.to_owned());
+    }
     let step_replies_value = match &transition {
         Transition::Hold(_) | Transition::Simplify(_) => json!({ key: replies }),
         _ => json!({}),
     };
 
-    let deterministic = {
+    let deterministic = if not_an_answer && matches!(transition, Transition::Hold(_)) {
+        // Asked again, with no "good start": nothing was named.
+        opencouch_exercises::render_step(exercise, idx, opencouch_exercises::RenderMode::Repeat)
+    } else {
         let refs: Vec<&str> = replies.iter().map(String::as_str).collect();
         opencouch_exercises::render_transition(exercise, state, &transition, &refs)
     };
@@ -349,14 +398,12 @@ async fn continue_step(
             o.completed_exercise = Some(exercise.id.clone());
             o
         }
-        Transition::Cancel => outcome(
-            model_text.unwrap_or_else(|| {
-                deterministic.unwrap_or_else(opencouch_exercises::render_cancel)
-            }),
-            ExerciseUpdate::Clear,
-            approach,
-            diag,
-        ),
+        Transition::Cancel => {
+            let text = model_text.unwrap_or_else(|| warm_close(exercise));
+            let mut o = outcome(text, ExerciseUpdate::Clear, approach, diag);
+            record_partial(si, exercise, &mut o);
+            o
+        }
         Transition::Advance(next) => {
             let text = model_text.unwrap_or_else(|| deterministic.unwrap_or_default());
             outcome(text, ExerciseUpdate::Set(next), approach, diag)
@@ -370,6 +417,47 @@ async fn continue_step(
         .insert("exercise_step_replies".into(), step_replies_value);
     out
 }
+
+/// The closing line when the person leaves an exercise before its end (a
+/// stop, a goodbye, "that helped"): it acknowledges what they did.
+fn warm_close(exercise: &Exercise) -> String {
+    format!(
+        "Of course, we can leave it here. Thank you for giving {} a go: the part you did still \
+         counts. I'm here if you'd like to keep talking, or we can close the session whenever \
+         you're ready.",
+        exercise.display_name.to_lowercase()
+    )
+}
+
+/// The reply to a pause: the exercise waits on the same step.
+fn pause_line(exercise: &Exercise) -> String {
+    format!(
+        "Of course, let's pause {} here. It will wait for you: when you're ready, say \
+         \"back to the exercise\" and we'll pick up where we left off.",
+        exercise.display_name.to_lowercase()
+    )
+}
+
+/// Records an exercise left before its end as partial (in the session's
+/// progress, next to the completed ones).
+fn record_partial(si: &SpecialistInput<'_>, exercise: &Exercise, out: &mut SpecialistOutcome) {
+    let mut partial: Vec<Value> = si
+        .state
+        .session_progress
+        .extra
+        .get(PARTIAL_KEY)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    partial.push(Value::from(exercise.id.clone()));
+    out.progress_extra
+        .insert(PARTIAL_KEY.into(), Value::Array(partial));
+    out.diagnostics
+        .set("exercise_partial", exercise.id.as_str());
+}
+
+/// The session-progress key of the exercises left before their end.
+pub const PARTIAL_KEY: &str = "exercises_partial";
 
 async fn classify_with_model(
     ports: &Ports,

@@ -29,6 +29,7 @@ pub mod exercise;
 mod extraction;
 mod fallback;
 pub mod gate;
+pub mod intent;
 pub mod memory;
 mod owner_data;
 pub mod plan;

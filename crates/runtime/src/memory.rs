@@ -336,7 +336,8 @@ pub(crate) async fn control_turn(
         memory_mode: ports.memory_mode(),
         now: Utc::now(),
     };
-    let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref());
+    let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref())
+        .or_else(|| intent_action(&si.input.message));
     let finish = |text: String, update: opencouch_core::state::PendingUpdate, diag: Diagnostics| {
         SpecialistOutcome {
             text,
@@ -405,6 +406,22 @@ pub(crate) async fn control_turn(
             std::mem::take(diag),
         )
     })
+}
+
+/// Behind the parser: a request to show memory, tell its status or turn
+/// recall on or off in ordinary words, read by the intent layer above its
+/// threshold. Saving and forgetting need the person's exact words and stay
+/// with the parser (or the model).
+fn intent_action(message: &str) -> Option<opencouch_memory::control::MemoryAction> {
+    use crate::intent::{Intent, IntentContext};
+    use opencouch_memory::control::MemoryAction as A;
+    match crate::intent::recognise(IntentContext::Chat, message)?.intent {
+        Intent::MemoryShow => Some(A::List),
+        Intent::MemoryStatus => Some(A::Status),
+        Intent::MemoryRecallOn => Some(A::SetRecall { enabled: true }),
+        Intent::MemoryRecallOff => Some(A::SetRecall { enabled: false }),
+        _ => None,
+    }
 }
 
 fn action_name(a: &opencouch_memory::control::MemoryAction) -> &'static str {

@@ -8,6 +8,8 @@ use opencouch_core::state::{ClarificationKind, FlowAction};
 use opencouch_core::{Confidence, Message, ResponseStyle, string_enum};
 use serde::{Deserialize, Serialize};
 
+use crate::intent::{self, Intent, IntentContext};
+
 string_enum! {
     /// The routes triage may choose (never crisis).
     pub enum TriageRoute: "triage_route" {
@@ -105,7 +107,10 @@ pub struct TriageContext<'a> {
 /// 4. lookup verbs (never subjective therapy questions) → grounded lookup
 /// 5. an exercise request with explicit consent → guided exercise;
 ///    a broad request ("help me calm down") → therapeutic + an offer
-/// 6. else therapeutic, with a style from the style chooser
+/// 6. behind these rules, the intent layer ([`crate::intent`]) above its
+///    threshold: a stop in ordinary words leaves an exercise; memory
+///    requests, lookups and exercise requests by kind route as above
+/// 7. else therapeutic, with a style from the style chooser
 pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     let mut d = TriageDecision::therapeutic(Confidence::High);
     if ctx.pending_memory_action.is_some() && is_memory_command(message, ctx.pending_memory_action)
@@ -140,6 +145,14 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
             ActiveAction::Continue => {
                 d.route = TriageRoute::GuidedExercise;
                 d.active_flow_action = FlowAction::Continue;
+                // Behind the rules: a stop in ordinary words ("thanks, that
+                // helped, i'll leave it there") leaves the exercise. The
+                // other exercise intents are read by the exercise turn.
+                if let Some(s) = intent::recognise(IntentContext::Exercise, message)
+                    && s.intent.leaves_exercise()
+                {
+                    d.active_flow_action = FlowAction::Clear;
+                }
             }
         }
         return d;
@@ -180,10 +193,59 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
             // Not consent: stay therapeutic and offer the exercise.
             d.exercise_type = Some(id.clone());
         }
-        opencouch_exercises::StartDecision::None => {}
+        opencouch_exercises::StartDecision::None => {
+            // Behind the rules: the intent layer, above its threshold.
+            if let Some(s) = intent::recognise(IntentContext::Chat, message)
+                && apply_chat_intent(&mut d, s.intent)
+            {
+                return d;
+            }
+        }
     }
     d.response_style = Some(opencouch_prompts::choose_style(message, ctx.history));
     d
+}
+
+/// Applies a chat intent the learned layer recognised (the rules having
+/// recognised nothing). Returns whether it decided the route.
+fn apply_chat_intent(d: &mut TriageDecision, i: Intent) -> bool {
+    let memory = match i {
+        Intent::MemoryShow => Some(MemoryActionType::List),
+        Intent::MemoryStatus => Some(MemoryActionType::Status),
+        Intent::MemoryRecallOn | Intent::MemoryRecallOff => Some(MemoryActionType::SetRecall),
+        // Saving and forgetting need the person's exact words, which only
+        // the parser (or a model) extracts; without them the memory turn
+        // could only answer with help, so these stay ordinary turns (the
+        // deterministic extractor still sees a fact told in passing).
+        _ => None,
+    };
+    if let Some(action) = memory {
+        d.route = TriageRoute::MemoryControl;
+        d.memory_action_type = action;
+        if matches!(i, Intent::MemoryRecallOn | Intent::MemoryRecallOff) {
+            d.memory_enabled = Some(i == Intent::MemoryRecallOn);
+        }
+        return true;
+    }
+    if i == Intent::GroundedLookup {
+        d.route = TriageRoute::GroundedLookup;
+        return true;
+    }
+    match i.requested_exercise() {
+        Some((id, true)) => {
+            d.route = TriageRoute::GuidedExercise;
+            d.exercise_type = Some(id.to_owned());
+            d.exercise_start_basis = ExerciseStartBasis::ExplicitUserRequest;
+            d.active_flow_action = FlowAction::Start;
+            true
+        }
+        Some((id, false)) => {
+            // A request for "something calming" names no exercise: offer.
+            d.exercise_type = Some(id.to_owned());
+            false
+        }
+        None => false,
+    }
 }
 
 /// Whether the deterministic parser reads `message` as a memory command
@@ -268,6 +330,19 @@ pub async fn decide(
             }
         }
     };
+    // The layered intent reading, by name only (never the text).
+    let reading = if ctx.exercise_active {
+        intent::decide_exercise(message, None)
+    } else {
+        let last_assistant = history
+            .iter()
+            .rev()
+            .find(|m| !m.is_user())
+            .map(|m| m.content.as_str());
+        intent::decide_chat(message, last_assistant)
+    };
+    diag.set("intent", reading.intent.as_str());
+    diag.set("intent_layer", reading.layer.as_str());
     diag.set("openai_triage_route", decision.route.as_str());
     diag.set(
         "openai_triage_active_flow_action",

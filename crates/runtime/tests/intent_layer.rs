@@ -1,0 +1,187 @@
+//! The intent layer: its weights come from the corpus that
+//! `training/generate_intents.py` generates (their header records its
+//! SHA-256; retrain with `cargo run -p opencouch-runtime --example
+//! train_intents --release` after changing `training/`), the corpus has the
+//! wordings it promises, and on the frozen intent set (written by someone who
+//! never read the rules; measured here, never tuned on) the layered reading
+//! reaches its targets: no exercise ends by mistake, and recall rises over the
+//! phrase rules alone.
+
+use opencouch_runtime::intent::eval::{Layers, evaluate, parse_set, render};
+use opencouch_runtime::intent::{
+    Intent, IntentContext, IntentLayer, IntentLayerKind, decide_chat, decide_exercise,
+};
+use sha2::{Digest, Sha256};
+
+const FROZEN: &str = include_str!("data/intent_frozen.jsonl");
+
+/// The corpus, regenerated from `training/` (not kept in git). `None` with a
+/// notice when python3 is missing, a failure under `CI=true`.
+fn corpus() -> Option<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("training");
+    let out = std::env::temp_dir().join(format!(
+        "opencouch-intent-corpus-{}.jsonl",
+        std::process::id()
+    ));
+    let status = std::process::Command::new("python3")
+        .arg(dir.join("generate_intents.py"))
+        .arg("--no-docs")
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but the intent corpus generator did not run: {other:?}"
+            );
+            eprintln!("NOTICE: skipping corpus checks: python3 generate_intents.py did not run");
+            return None;
+        }
+    }
+    let text = std::fs::read_to_string(&out).expect("generated corpus");
+    let _ = std::fs::remove_file(&out);
+    Some(text)
+}
+
+#[test]
+fn the_weights_were_trained_on_the_generated_corpus_and_it_has_60_wordings_per_intent() {
+    let Some(corpus) = corpus() else { return };
+    let layer = IntentLayer::embedded().expect("the intent layer loads");
+    assert_eq!(
+        layer.model().meta().corpus_sha256,
+        hex::encode(Sha256::digest(corpus.as_bytes())),
+        "the corpus generated from training/ changed since the weights were trained: retrain them"
+    );
+    let mut hand = std::collections::BTreeMap::new();
+    let frozen: std::collections::HashSet<String> = parse_set(FROZEN)
+        .expect("frozen set parses")
+        .into_iter()
+        .map(|r| r.message.to_lowercase())
+        .collect();
+    let mut copied = 0usize;
+    for line in corpus.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("corpus line parses");
+        let intent: Intent = v["intent"]
+            .as_str()
+            .expect("intent")
+            .parse()
+            .expect("known");
+        let text = v["text"].as_str().expect("text");
+        if frozen.contains(&text.to_lowercase())
+            && text.split_whitespace().count() >= 4
+            && v["source"] == "hand"
+        {
+            copied += 1;
+        }
+        // Hand-written wordings the phrase rules do not decide.
+        let beyond_rules = match intent.context() {
+            IntentContext::Exercise => decide_exercise(text, None).layer,
+            IntentContext::Chat => decide_chat(text, None).layer,
+        } != IntentLayerKind::Rules;
+        if v["source"] == "hand" && beyond_rules {
+            *hand.entry(intent).or_insert(0usize) += 1;
+        }
+    }
+    assert_eq!(hand.len(), Intent::ALL.len(), "{hand:?}");
+    assert!(hand.values().all(|&n| n >= 60), "{hand:?}");
+    // Short everyday replies ("ok", "stop please") are bound to coincide
+    // with the frozen set; no hand-written sentence of four words or more
+    // may (those that did were taken out of training/intents/).
+    assert_eq!(
+        copied, 0,
+        "{copied} hand-written corpus rows equal frozen rows"
+    );
+}
+
+#[test]
+fn on_the_frozen_set_no_exercise_ends_by_mistake_and_recall_rises_over_the_rules() {
+    let rows = parse_set(FROZEN).expect("frozen set parses");
+    let before = evaluate(&rows, Layers::RulesOnly);
+    let after = evaluate(&rows, Layers::RulesThenLearned);
+    eprintln!("rules only:\n{}", render(&before));
+    eprintln!("rules then learned layer:\n{}", render(&after));
+    let exits: Vec<_> = after
+        .misses
+        .iter()
+        .filter(|m| after.false_exits.contains(&m.id))
+        .map(|m| (m.id.as_str(), m.gold, m.layer))
+        .collect();
+    // The learned layer ends no exercise by mistake; the exits it cannot
+    // prevent are the phrase rules' own (it acts only behind them).
+    assert!(
+        exits
+            .iter()
+            .all(|(id, _, layer)| *layer == IntentLayerKind::Rules
+                && before.false_exits.iter().any(|b| b == id)),
+        "false exercise exits: {exits:?}"
+    );
+    // Regression floors (measured values in docs/benchmarks.md; the issue's
+    // target is 0.95 per intent).
+    assert!(after.accuracy() > before.accuracy() + 0.4);
+    let stop = &after.per_intent[&Intent::ExerciseStop];
+    assert!(stop.recall() >= 0.8, "stop recall {}", stop.recall());
+    let (worst, recall) = after.min_recall().expect("intents");
+    assert!(recall >= 0.4, "{worst}: {recall}");
+    for (i, c) in &after.per_intent {
+        let was = &before.per_intent[i];
+        if matches!(i, Intent::None | Intent::ExerciseAnswer) {
+            // Everything unrecognised falls back to these: the rules alone
+            // "recall" them by default; what matters is that they are no
+            // longer where everything else lands.
+            assert!(c.precision() > was.precision(), "{i}");
+            assert!(c.recall() >= 0.9, "{i}: {}", c.recall());
+        } else {
+            assert!(c.recall() >= was.recall(), "{i}");
+        }
+    }
+}
+
+#[test]
+fn ordinary_wordings_are_read_by_meaning_behind_the_rules() {
+    // Wordings from the issue and written for this test (not in the corpus
+    // or the frozen set).
+    let exercise = [
+        (
+            "thanks, that actually helped a bit. I think I'll stop there",
+            Intent::ExerciseStop,
+        ),
+        (
+            "thanks for listening, I'm going to try to get some sleep",
+            Intent::ExerciseStop,
+        ),
+    ];
+    for (text, want) in exercise {
+        let d = decide_exercise(text, None);
+        assert_eq!(d.intent, want, "{text}: {d:?}");
+    }
+    let chat = [
+        ("what is saved in memory about me?", Intent::MemoryShow),
+        (
+            "could you walk me through something to settle my nerves?",
+            Intent::RequestCalming,
+        ),
+    ];
+    for (text, want) in chat {
+        let d = decide_chat(text, None);
+        assert_eq!(d.intent, want, "{text}: {d:?}");
+    }
+    // The rules stay first: a listed stop phrase is the rules' decision.
+    assert_eq!(
+        decide_exercise("stop here", None).layer,
+        IntentLayerKind::Rules
+    );
+    // The contexts never mix.
+    for text in ["ok", "goodbye", "remember my dog is called Rex"] {
+        assert_eq!(
+            decide_chat(text, None).intent.context(),
+            IntentContext::Chat
+        );
+        assert_eq!(
+            decide_exercise(text, None).intent.context(),
+            IntentContext::Exercise
+        );
+    }
+}

@@ -310,10 +310,12 @@ async fn users_on_postgres_are_shared_by_every_instance() {
         .args(["--database-url", pg.url()])
         .args(["users", "list"]));
     assert!(list.contains("shared") && list.contains("active"), "{list}");
-    let mut settings = opencouch_config::Settings::default();
-    settings.database_url = Some(opencouch_config::Secret::new(pg.url().to_owned()));
     let dir = tempfile::tempdir().expect("tempdir");
-    settings.data_dir = Some(dir.path().to_path_buf());
+    let settings = opencouch_config::Settings {
+        database_url: Some(opencouch_config::Secret::new(pg.url().to_owned())),
+        data_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
     let (users, _) = opencouch_runtime::service::UserDirectory::open(&settings)
         .await
         .expect("open");

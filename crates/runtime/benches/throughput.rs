@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use opencouch_core::{AgentInput, Channel, Message, ThreadState};
+use opencouch_runtime::service::Host;
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::{
     ActiveSession, PgStores, SessionWrite, SqliteStores, Stores, TurnCommit, session_status,
@@ -81,17 +82,19 @@ fn secs_per_cell() -> Duration {
 
 /// Full turns from `workers` concurrent threads until the deadline.
 async fn full_turns(rt: &Runtime, workers: usize, tag: &str, run_for: Duration) -> Cell {
+    // Turns go through the service, as every channel's do.
+    let svc = Host::over(rt.clone()).service();
     // Warm-up: lazy regex/phrase tables, pool connections.
     for w in 0..workers.min(8) {
-        let _ = rt
-            .run_turn(AgentInput::new(format!("{tag}-warm-{w}"), MESSAGES[0]))
+        let _ = svc
+            .turn(AgentInput::new(format!("{tag}-warm-{w}"), MESSAGES[0]).into())
             .await;
     }
     let start = Instant::now();
     let deadline = start + run_for;
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let rt = rt.clone();
+        let svc = svc.clone();
         let thread = format!("{tag}-{w}");
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
@@ -99,11 +102,8 @@ async fn full_turns(rt: &Runtime, workers: usize, tag: &str, run_for: Duration) 
             let mut i = w;
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let out = rt
-                    .run_turn(AgentInput::new(
-                        thread.clone(),
-                        MESSAGES[i % MESSAGES.len()],
-                    ))
+                let out = svc
+                    .turn(AgentInput::new(thread.clone(), MESSAGES[i % MESSAGES.len()]).into())
                     .await;
                 match out {
                     Ok(out) => {

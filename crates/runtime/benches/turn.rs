@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use opencouch_core::{AgentInput, RuntimeMode};
 use opencouch_llm::{LlmConfig, OpenAiCompatClient};
+use opencouch_runtime::service::Host;
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::Stores;
 use opencouch_testkit::{FakeOpenAi, canned};
@@ -45,13 +46,12 @@ async fn measure(label: &str, rt: &Runtime) {
 /// flushed (untimed) before the next turn starts: the turn times then show
 /// the request path alone, without background work competing for the CPU.
 async fn measure_with(label: &str, rt: &Runtime, settle_between: bool) {
+    // Turns go through the service, as every channel's do.
+    let svc = Host::over(rt.clone()).service();
     // Warm-up (lazy data loads, connection pool).
     for i in 0..20 {
-        let _ = rt
-            .run_turn(AgentInput::new(
-                format!("warm-{i}"),
-                MESSAGES[i % MESSAGES.len()],
-            ))
+        let _ = svc
+            .turn(AgentInput::new(format!("warm-{i}"), MESSAGES[i % MESSAGES.len()]).into())
             .await;
     }
     let mut times = Vec::with_capacity(TURNS);
@@ -62,7 +62,7 @@ async fn measure_with(label: &str, rt: &Runtime, settle_between: bool) {
             MESSAGES[i % MESSAGES.len()],
         );
         let t = Instant::now();
-        match rt.run_turn(input).await {
+        match svc.turn(input.into()).await {
             Ok(_) => times.push(t.elapsed()),
             Err(e) => eprintln!("{label}: turn failed: {e}"),
         }
@@ -151,11 +151,12 @@ async fn hybrid_setup() -> Option<(FakeOpenAi, Runtime)> {
 /// Time from a hybrid turn's reply until its background extraction is in
 /// the session buffer (the turn is not waiting for it).
 async fn background(rt: &Runtime) {
+    let svc = Host::over(rt.clone()).service();
     let _ = rt.flush_memory_extraction(Duration::from_secs(30)).await;
     let mut times = Vec::new();
     for i in 0..200 {
         let input = AgentInput::new(format!("bg-{}", i % THREADS), MESSAGES[i % 3]);
-        if rt.run_turn(input).await.is_err() {
+        if svc.turn(input.into()).await.is_err() {
             continue;
         }
         let t = Instant::now();

@@ -20,7 +20,8 @@
 
 use std::path::PathBuf;
 
-use opencouch_learn::{Example, FeatureConfig, Featurizer, TrainConfig, fnv, train_softmax};
+use opencouch_core::fnv;
+use opencouch_learn::{Example, FeatureConfig, Featurizer, TrainConfig, train_softmax};
 use opencouch_runtime::intent::{Intent, context_probabilities, normalize};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};

@@ -2,6 +2,8 @@
 //! (moved here from the server), turn counting, and a graceful stop that
 //! never cuts a crisis turn.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;

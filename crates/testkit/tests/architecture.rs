@@ -157,7 +157,6 @@ fn every_source_file_says_what_it_owns() {
     );
 }
 
-/// The channel seam, module circles and dependency allow-lists (issue 21).
 mod seam {
     //! The architecture rules, checked on the source tree (our own reader, no
     //! external tool): what keeps the channel seam, the module graph and the

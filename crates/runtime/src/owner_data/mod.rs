@@ -125,24 +125,6 @@ impl Service {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owner_ids_are_checked() {
-        assert!(check_owner("alice").is_ok());
-        assert!(check_owner("cli:default").is_ok());
-        for bad in [
-            "",
-            "a\nb",
-            &"x".repeat(crate::thread_id::MAX_STORED_THREAD_ID_CHARS + 1),
-        ] {
-            assert_eq!(check_owner(bad).map_err(|e| e.code()), Err("invalid_owner"));
-        }
-    }
-}
-
 impl From<OwnerDataError> for ServiceError {
     fn from(e: OwnerDataError) -> Self {
         let code = match e {
@@ -165,5 +147,23 @@ impl From<OwnerDataError> for ServiceError {
             }
         };
         ServiceError::new(code, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ids_are_checked() {
+        assert!(check_owner("alice").is_ok());
+        assert!(check_owner("cli:default").is_ok());
+        for bad in [
+            "",
+            "a\nb",
+            &"x".repeat(crate::thread_id::MAX_STORED_THREAD_ID_CHARS + 1),
+        ] {
+            assert_eq!(check_owner(bad).map_err(|e| e.code()), Err("invalid_owner"));
+        }
     }
 }

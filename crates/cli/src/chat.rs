@@ -16,7 +16,7 @@ use opencouch_core::{Channel, MemoryMode, RuntimeMode};
 use opencouch_runtime::service::kit::{self, Show, TurnView};
 use opencouch_runtime::service::{
     Caller, EndSessionOutcome, EndedVia, Feedback, GUEST_MODE_REPLY, Host, SemanticStatus, Service,
-    TargetKind, TurnRequest,
+    StartOptions, TargetKind, TurnRequest,
 };
 
 use crate::out::{out, outln};
@@ -195,9 +195,17 @@ pub async fn run(args: &ChatArgs, settings: Settings) -> anyhow::Result<()> {
         settings.memory_mode
     };
     crate::memory_cmd::remove_legacy_history(&settings);
-    let host = Host::start(&settings)
-        .await
-        .context("could not start the service")?;
+    // An incognito run never opens the durable store: nothing of it may
+    // touch the disk, not even an empty database file.
+    let host = Host::start_with(
+        &settings,
+        StartOptions {
+            in_memory: args.incognito,
+            ..StartOptions::default()
+        },
+    )
+    .await
+    .context("could not start the service")?;
     let service = host.service();
     let interactive = std::io::stdin().is_terminal() && !args.json;
     if interactive {

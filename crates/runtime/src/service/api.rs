@@ -630,42 +630,39 @@ impl Service {
     /// now: an item changed since is not deleted).
     ///
     /// # Errors
-    /// a malformed pending change, storage failures.
+    /// A malformed pending change, storage failures.
     pub async fn forget_confirm(
         &self,
         owner: &str,
         pending: &PendingAction,
     ) -> Result<MemoryChange, ServiceError> {
-        let out = self
-            .control()?
-            .handle(
-                &Self::ctx(owner),
-                MemoryAction::ConfirmPending,
-                Some(pending),
-            )
-            .await?;
-        Ok(MemoryChange {
-            reply: out.reply,
-            changed: out.side_effect,
-        })
+        self.settle_pending(owner, MemoryAction::ConfirmPending, pending)
+            .await
     }
 
     /// Drops a prepared deletion.
     ///
     /// # Errors
-    /// storage failures.
+    /// Storage failures.
     pub async fn forget_cancel(
         &self,
         owner: &str,
         pending: &PendingAction,
     ) -> Result<MemoryChange, ServiceError> {
+        self.settle_pending(owner, MemoryAction::CancelPending, pending)
+            .await
+    }
+
+    /// Confirms or cancels a prepared memory change.
+    async fn settle_pending(
+        &self,
+        owner: &str,
+        action: MemoryAction,
+        pending: &PendingAction,
+    ) -> Result<MemoryChange, ServiceError> {
         let out = self
             .control()?
-            .handle(
-                &Self::ctx(owner),
-                MemoryAction::CancelPending,
-                Some(pending),
-            )
+            .handle(&Self::ctx(owner), action, Some(pending))
             .await?;
         Ok(MemoryChange {
             reply: out.reply,

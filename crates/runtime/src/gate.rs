@@ -184,6 +184,19 @@ impl CrisisGate {
         }
     }
 
+    /// The deterministic verdict alone (rules and the learned layer, no
+    /// model call): what a turn uses when it may not wait for anything.
+    pub(crate) async fn assess_without_model(
+        &self,
+        history: &[Message],
+        message: &str,
+    ) -> GateVerdict {
+        CrisisGate::deterministic()
+            .with_semantic(self.semantic)
+            .assess(history, message)
+            .await
+    }
+
     /// Classifies `message` given the server-side `history` (no episode).
     pub async fn assess(&self, history: &[Message], message: &str) -> GateVerdict {
         self.assess_in_episode(history, message, None).await

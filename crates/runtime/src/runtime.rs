@@ -37,6 +37,10 @@ pub struct RuntimeOptions {
     pub max_message_chars: usize,
     /// Bound on the crisis-log write.
     pub crisis_log_timeout: Duration,
+    /// How long a turn waits for storage (its thread lock and load) before
+    /// the crisis gate assesses the message without it: a crisis message
+    /// is answered within this bound however long the database stalls.
+    pub storage_crisis_bound: Duration,
     /// How long session end waits for the thread's in-flight background
     /// memory extraction (hybrid mode) before using the deterministic
     /// extractor for it.
@@ -53,6 +57,7 @@ impl Default for RuntimeOptions {
             model_timeout: Duration::from_secs(30),
             max_message_chars: 8000,
             crisis_log_timeout: Duration::from_millis(250),
+            storage_crisis_bound: Duration::from_secs(2),
             extraction_settle_timeout: Duration::from_secs(10),
         }
     }
@@ -71,6 +76,7 @@ impl RuntimeOptions {
             model_timeout: Duration::from_secs(s.model_timeout_secs),
             max_message_chars: s.max_message_chars,
             crisis_log_timeout: Duration::from_millis(250),
+            storage_crisis_bound: Duration::from_secs(2),
             extraction_settle_timeout: Duration::from_secs(s.model_timeout_secs)
                 .min(Duration::from_secs(10)),
         }

@@ -235,6 +235,52 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
     })
 }
 
+/// What the storage phase came to within the crisis bound.
+enum Loading {
+    /// The load finished (in time, or after the bound for a message below
+    /// crisis level, which waits on).
+    Loaded(Result<Loaded, RuntimeError>),
+    /// Storage stalled past the bound and the message is a crisis: it is
+    /// answered now, unsaved.
+    StalledCrisis,
+}
+
+/// Step 1 under the crisis bound: when the thread lock or the load takes
+/// longer than `storage_crisis_bound` (a held lock, a long migration, a
+/// stuck transaction), the message is assessed without history and
+/// without the model; a crisis message does not wait for storage, anything
+/// else waits on.
+async fn load_within_bound(rt: &Runtime, input: &AgentInput) -> Loading {
+    let loading = load(rt, input);
+    tokio::pin!(loading);
+    tokio::select! {
+        biased;
+        loaded = &mut loading => Loading::Loaded(loaded),
+        () = tokio::time::sleep(rt.inner.opts.storage_crisis_bound) => {
+            let quick = rt.inner.gate.assess_without_model(&[], &input.message).await;
+            if quick.assessment().level.needs_crisis_response() {
+                tracing::warn!(
+                    bound_ms = rt.inner.opts.storage_crisis_bound.as_millis() as u64,
+                    "storage stalled past the crisis bound; answering the crisis first"
+                );
+                Loading::StalledCrisis
+            } else {
+                Loading::Loaded(loading.await)
+            }
+        }
+    }
+}
+
+/// Why a crisis turn goes out unsaved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unsaved {
+    /// Storage failed (or is known to be unavailable).
+    Failed,
+    /// Storage stalled past the crisis bound: nothing after the gate may
+    /// wait, the model included.
+    Stalled,
+}
+
 /// Runs one turn end to end.
 pub(crate) async fn execute(
     rt: &Runtime,
@@ -254,12 +300,19 @@ pub(crate) async fn execute(
         mut active,
         first_turn_of_session,
         session_history,
-    } = match load(rt, &input).await {
-        Ok(loaded) => loaded,
-        Err(RuntimeError::Store(e)) => {
-            return unsaved_crisis_turn(rt, &input, events, started, e).await;
+    } = match load_within_bound(rt, &input).await {
+        Loading::Loaded(Ok(loaded)) => loaded,
+        Loading::Loaded(Err(RuntimeError::Store(e))) => {
+            return unsaved_crisis_turn(rt, &input, events, started, e, Unsaved::Failed).await;
         }
-        Err(e) => return Err(e),
+        Loading::Loaded(Err(e)) => return Err(e),
+        Loading::StalledCrisis => {
+            let e = StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "storage did not answer within the crisis bound",
+            ));
+            return unsaved_crisis_turn(rt, &input, events, started, e, Unsaved::Stalled).await;
+        }
     };
     let mut diagnostics = Diagnostics::new();
 
@@ -547,7 +600,7 @@ pub(crate) async fn execute_without_storage(
     error: opencouch_store::StoreError,
 ) -> Result<AgentOutput, RuntimeError> {
     let started = Instant::now();
-    unsaved_crisis_turn(rt, &input, events, started, error).await
+    unsaved_crisis_turn(rt, &input, events, started, error, Unsaved::Failed).await
 }
 
 /// Storage failed before the gate could read the thread (lock, snapshot,
@@ -565,10 +618,19 @@ async fn unsaved_crisis_turn(
     events: &EventSink,
     started: Instant,
     error: opencouch_store::StoreError,
+    why: Unsaved,
 ) -> Result<AgentOutput, RuntimeError> {
     tracing::error!(error = %error, "storage failed before the crisis gate; assessing without history");
     events.status(Stage::CrisisGate).await;
-    let verdict = rt.inner.gate.assess(&[], &input.message).await;
+    let verdict = match why {
+        Unsaved::Failed => rt.inner.gate.assess(&[], &input.message).await,
+        Unsaved::Stalled => {
+            rt.inner
+                .gate
+                .assess_without_model(&[], &input.message)
+                .await
+        }
+    };
     let level = verdict.assessment().level;
     if !level.needs_crisis_response() {
         return Err(RuntimeError::Store(error));
@@ -576,7 +638,13 @@ async fn unsaved_crisis_turn(
     events.mark_crisis();
     let mut diagnostics = Diagnostics::new();
     steps::gate_diagnostics(&mut diagnostics, &verdict);
-    diagnostics.set("storage_status", "load_failed");
+    diagnostics.set(
+        "storage_status",
+        match why {
+            Unsaved::Failed => "load_failed",
+            Unsaved::Stalled => "stalled",
+        },
+    );
     diagnostics.set("route_plan", plan::PlanKind::CrisisResponse.as_str());
     events.status(Stage::CrisisResponse).await;
     let outcome = specialists::deterministic_crisis(&verdict, &input.message);

@@ -203,3 +203,46 @@ async fn a_stop_waits_for_a_crisis_turn_whose_client_left() {
         .expect("the crisis turn was committed although its client left");
     assert_eq!(snap.state.turn_count, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_store_never_holds_back_a_crisis_reply() {
+    // Every read of threads and sessions waits 30 s (a lock held by a long
+    // migration). The crisis message is answered from the gate alone,
+    // unsaved; an ordinary message waits for storage as before.
+    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
+    let opts = RuntimeOptions {
+        storage_crisis_bound: Duration::from_millis(200),
+        ..RuntimeOptions::default()
+    };
+    let p = Runtime::persistent(stores, None, opts.clone());
+    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
+    let host = Host::idle(p, i, HostOptions::default());
+    let svc = host.service();
+    faults.stall(
+        opencouch_store::faults::Fault::Load,
+        Duration::from_secs(30),
+    );
+    let out = svc
+        .turn(req(
+            "s",
+            "I have the pills in my hand and I'm going to take them all tonight",
+            MemoryMode::Persistent,
+        ))
+        .await
+        .unwrap();
+    assert!(out.crisis.level.needs_crisis_response());
+    assert!(!out.saved);
+    assert!(!out.resources.is_empty(), "verified resources go with it");
+    assert_eq!(out.diagnostics.get_str("storage_status"), Some("stalled"));
+    // A shorter stall past the bound: an ordinary message waits and is saved.
+    faults.stall(
+        opencouch_store::faults::Fault::Load,
+        Duration::from_millis(400),
+    );
+    let out = svc
+        .turn(req("s", "work was long today", MemoryMode::Persistent))
+        .await
+        .unwrap();
+    assert!(out.saved);
+    assert_eq!(out.crisis.level.get(), 0);
+}

@@ -239,7 +239,7 @@ async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> 
 enum Loading {
     /// The load finished (in time, or after the bound for a message below
     /// crisis level, which waits on).
-    Loaded(Result<Loaded, RuntimeError>),
+    Loaded(Box<Result<Loaded, RuntimeError>>),
     /// Storage stalled past the bound and the message is a crisis: it is
     /// answered now, unsaved.
     StalledCrisis,
@@ -255,7 +255,7 @@ async fn load_within_bound(rt: &Runtime, input: &AgentInput) -> Loading {
     tokio::pin!(loading);
     tokio::select! {
         biased;
-        loaded = &mut loading => Loading::Loaded(loaded),
+        loaded = &mut loading => Loading::Loaded(Box::new(loaded)),
         () = tokio::time::sleep(rt.inner.opts.storage_crisis_bound) => {
             let quick = rt.inner.gate.assess_without_model(&[], &input.message).await;
             if quick.assessment().level.needs_crisis_response() {
@@ -265,7 +265,7 @@ async fn load_within_bound(rt: &Runtime, input: &AgentInput) -> Loading {
                 );
                 Loading::StalledCrisis
             } else {
-                Loading::Loaded(loading.await)
+                Loading::Loaded(Box::new(loading.await))
             }
         }
     }
@@ -301,11 +301,13 @@ pub(crate) async fn execute(
         first_turn_of_session,
         session_history,
     } = match load_within_bound(rt, &input).await {
-        Loading::Loaded(Ok(loaded)) => loaded,
-        Loading::Loaded(Err(RuntimeError::Store(e))) => {
-            return unsaved_crisis_turn(rt, &input, events, started, e, Unsaved::Failed).await;
-        }
-        Loading::Loaded(Err(e)) => return Err(e),
+        Loading::Loaded(loaded) => match *loaded {
+            Ok(loaded) => loaded,
+            Err(RuntimeError::Store(e)) => {
+                return unsaved_crisis_turn(rt, &input, events, started, e, Unsaved::Failed).await;
+            }
+            Err(e) => return Err(e),
+        },
         Loading::StalledCrisis => {
             let e = StoreError::Io(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

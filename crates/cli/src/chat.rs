@@ -15,8 +15,8 @@ use opencouch_config::Settings;
 use opencouch_core::{Channel, MemoryMode, RuntimeMode};
 use opencouch_runtime::service::kit::{self, Show, TurnView};
 use opencouch_runtime::service::{
-    Caller, EndSessionOutcome, EndedVia, Feedback, GUEST_MODE_REPLY, Host, SemanticStatus, Service,
-    StartOptions, TargetKind, TurnRequest,
+    Caller, EndSessionOutcome, EndedVia, Feedback, GUEST_MODE_REPLY, Host, ItemKind,
+    SemanticStatus, Service, StartOptions, TurnRequest,
 };
 
 use crate::out::{out, outln};
@@ -398,9 +398,9 @@ async fn memory_command(
     let owner = owner(session);
     let incognito = session.memory_mode == MemoryMode::Incognito;
     let kind_of = |w: &str| match w {
-        "fact" | "facts" => Some(TargetKind::Fact),
-        "session" | "sessions" => Some(TargetKind::Session),
-        "rule" | "rules" => Some(TargetKind::Rule),
+        "fact" | "facts" => Some(ItemKind::Fact),
+        "session" | "sessions" => Some(ItemKind::Session),
+        "rule" | "rules" => Some(ItemKind::Rule),
         _ => None,
     };
     match args {

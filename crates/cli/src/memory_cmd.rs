@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use opencouch_config::Settings;
-use opencouch_runtime::service::TargetKind;
+use opencouch_runtime::service::ItemKind;
 use opencouch_runtime::service::{Host, Service};
 
 use crate::out::{out, outln};
@@ -46,12 +46,12 @@ pub enum ClearKind {
 
 impl ClearKind {
     /// The memory kinds this choice deletes.
-    pub fn kinds(self) -> &'static [TargetKind] {
+    pub fn kinds(self) -> &'static [ItemKind] {
         match self {
-            ClearKind::Facts => &[TargetKind::Fact],
-            ClearKind::Sessions => &[TargetKind::Session],
-            ClearKind::Rules => &[TargetKind::Rule],
-            ClearKind::All => &[TargetKind::Fact, TargetKind::Session, TargetKind::Rule],
+            ClearKind::Facts => &[ItemKind::Fact],
+            ClearKind::Sessions => &[ItemKind::Session],
+            ClearKind::Rules => &[ItemKind::Rule],
+            ClearKind::All => &[ItemKind::Fact, ItemKind::Session, ItemKind::Rule],
         }
     }
 }

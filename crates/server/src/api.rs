@@ -12,7 +12,7 @@ use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use opencouch_core::MemoryMode;
-use opencouch_runtime::service::{self, EndedVia, Feedback, TargetKind, kit};
+use opencouch_runtime::service::{self, EndedVia, Feedback, ItemKind, kit};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -567,11 +567,11 @@ async fn memory_recall(
     ))
 }
 
-fn target_kind(kind: &str) -> Option<TargetKind> {
+fn target_kind(kind: &str) -> Option<ItemKind> {
     match kind {
-        "facts" => Some(TargetKind::Fact),
-        "sessions" => Some(TargetKind::Session),
-        "rules" => Some(TargetKind::Rule),
+        "facts" => Some(ItemKind::Fact),
+        "sessions" => Some(ItemKind::Session),
+        "rules" => Some(ItemKind::Rule),
         _ => None,
     }
 }

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use chrono::Utc;
 use opencouch_core::{AgentInput, AgentOutput, MemoryMode, ModelTier, RuntimeMode, ThreadState};
 use opencouch_memory::control::{
-    ControlContext, ControlError, MemoryAction, MemoryControlService, PendingAction, PendingChange,
-    TargetKind,
+    ControlContext, ControlError, MemoryAction, MemoryControlService, PendingChange, TargetKind,
 };
 use opencouch_memory::{MemoryKind, SessionArc};
 
 use super::error::{ErrorCode, ServiceError};
 use super::types::{
-    Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, MemoryChange, MemoryItems,
-    MemoryStatus, Progress, ProgressSession, SessionState, ThreadInfo, ThreadList, TurnRequest,
+    Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
+    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,
+    ThreadList, TurnRequest,
 };
 use crate::reply::TurnStream;
 use crate::runtime::Runtime;
@@ -35,7 +35,7 @@ pub struct PreparedForget {
     pub reply: String,
     /// The change to confirm with [`Service::forget_confirm`]; `None` when
     /// nothing matched (the reply says so).
-    pub pending: Option<PendingAction>,
+    pub pending: Option<PendingForget>,
 }
 
 /// The scope under which callers that may only reach the gate are assessed
@@ -549,10 +549,10 @@ impl Service {
     pub async fn memory_list(
         &self,
         owner: &str,
-        kind: TargetKind,
+        kind: ItemKind,
     ) -> Result<Vec<String>, ServiceError> {
         let snap = self.control()?.snapshot(owner).await?;
-        let rows = match kind {
+        let rows = match kind.target() {
             TargetKind::Fact => snap.facts,
             TargetKind::Session => snap.sessions,
             TargetKind::Rule => snap.rules,
@@ -603,7 +603,7 @@ impl Service {
     pub async fn forget_prepare(
         &self,
         owner: &str,
-        kind: TargetKind,
+        kind: ItemKind,
         index: usize,
     ) -> Result<PreparedForget, ServiceError> {
         let out = self
@@ -611,7 +611,7 @@ impl Service {
             .handle(
                 &Self::ctx(owner),
                 MemoryAction::ForgetByIndex {
-                    target_kind: kind,
+                    target_kind: kind.target(),
                     target_index: index,
                 },
                 None,
@@ -620,7 +620,7 @@ impl Service {
         Ok(PreparedForget {
             reply: out.reply,
             pending: match out.pending {
-                PendingChange::Set(p) => Some(p),
+                PendingChange::Set(p) => Some(PendingForget(p)),
                 _ => None,
             },
         })
@@ -634,7 +634,7 @@ impl Service {
     pub async fn forget_confirm(
         &self,
         owner: &str,
-        pending: &PendingAction,
+        pending: &PendingForget,
     ) -> Result<MemoryChange, ServiceError> {
         self.settle_pending(owner, MemoryAction::ConfirmPending, pending)
             .await
@@ -647,7 +647,7 @@ impl Service {
     pub async fn forget_cancel(
         &self,
         owner: &str,
-        pending: &PendingAction,
+        pending: &PendingForget,
     ) -> Result<MemoryChange, ServiceError> {
         self.settle_pending(owner, MemoryAction::CancelPending, pending)
             .await
@@ -658,11 +658,11 @@ impl Service {
         &self,
         owner: &str,
         action: MemoryAction,
-        pending: &PendingAction,
+        pending: &PendingForget,
     ) -> Result<MemoryChange, ServiceError> {
         let out = self
             .control()?
-            .handle(&Self::ctx(owner), action, Some(pending))
+            .handle(&Self::ctx(owner), action, Some(&pending.0))
             .await?;
         Ok(MemoryChange {
             reply: out.reply,
@@ -677,12 +677,12 @@ impl Service {
     pub async fn memory_clear(
         &self,
         owner: &str,
-        kinds: &[TargetKind],
+        kinds: &[ItemKind],
     ) -> Result<usize, ServiceError> {
         let store = &self.persistent.stores().memory;
         let mut n = 0;
         for kind in kinds {
-            let k: MemoryKind = kind.memory_kind();
+            let k: MemoryKind = kind.target().memory_kind();
             for record in store
                 .list(owner, k)
                 .await

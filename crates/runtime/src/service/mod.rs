@@ -11,9 +11,7 @@
 //! text channel shows), session end with feedback, thread listing and
 //! history, memory status / list / recall toggle / forget (prepare →
 //! confirm) / clear, the exercise catalog and progress, and an owner's
-//! export and forget-me. No store, memory or runtime type crosses it,
-//! except the memory-control pending action and list kind that a channel
-//! hands back unchanged.
+//! export and forget-me. No store, memory or runtime type crosses it.
 
 pub(crate) mod api;
 pub(crate) mod error;
@@ -21,7 +19,7 @@ mod host;
 pub mod kit;
 mod types;
 
-pub use opencouch_memory::control::{GUEST_MODE_REPLY, PendingAction, TargetKind};
+pub use opencouch_memory::control::GUEST_MODE_REPLY;
 
 pub use self::api::{PreparedForget, PreparedTurn, Service};
 pub use self::error::{ErrorCode, ServiceError};
@@ -29,8 +27,9 @@ pub use self::host::{
     Host, HostOptions, INCOGNITO_MAX_THREADS, ShutdownReport, StartOptions, Swept,
 };
 pub use self::types::{
-    Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, MemoryChange, MemoryItems,
-    MemoryStatus, Progress, ProgressSession, SessionState, ThreadInfo, ThreadList, TurnRequest,
+    Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
+    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,
+    ThreadList, TurnRequest,
 };
 pub use crate::owner_data::{
     EXPORT_SCHEMA, ExportDocument, ExportExerciseCount, ExportExerciseEntry, ExportExercises,

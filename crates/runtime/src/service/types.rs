@@ -318,3 +318,31 @@ pub struct Progress {
     /// Exercise id → times completed, most often first (ties by id).
     pub exercises_completed: Vec<(String, u64)>,
 }
+
+/// Which of an owner's visible memory lists an index refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ItemKind {
+    /// Saved facts.
+    Fact,
+    /// Session summaries.
+    Session,
+    /// Style rules (preferences).
+    Rule,
+}
+
+impl ItemKind {
+    /// The memory-control list of this kind.
+    pub(crate) fn target(self) -> opencouch_memory::control::TargetKind {
+        use opencouch_memory::control::TargetKind;
+        match self {
+            ItemKind::Fact => TargetKind::Fact,
+            ItemKind::Session => TargetKind::Session,
+            ItemKind::Rule => TargetKind::Rule,
+        }
+    }
+}
+
+/// A prepared memory deletion, opaque to channels: hand it back unchanged
+/// to confirm or cancel it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingForget(pub(crate) opencouch_memory::control::PendingAction);

@@ -418,15 +418,24 @@ pub(crate) async fn execute(
         at: Utc::now(),
     };
     // A crisis reply is delivered even when the commit fails (flagged as
-    // not saved); any other turn fails as before.
-    let saved = match inner.stores.threads.commit_turn(commit).await {
-        Ok(_) => true,
-        Err(e) if level.needs_crisis_response() => {
-            tracing::error!(error = %e, "commit failed; delivering the crisis reply unsaved");
-            diagnostics.set("storage_status", "commit_failed");
-            false
+    // not saved), and does not wait for a commit that stalls past the
+    // crisis bound; any other turn waits for its commit and fails as before.
+    let mut guard = Some(guard);
+    let saved = if level.needs_crisis_response() {
+        match crisis_commit(rt, commit, &mut guard).await {
+            CrisisCommit::Saved => true,
+            CrisisCommit::Failed => {
+                diagnostics.set("storage_status", "commit_failed");
+                false
+            }
+            CrisisCommit::Pending => {
+                diagnostics.set("storage_status", "commit_pending");
+                false
+            }
         }
-        Err(e) => return Err(e.into()),
+    } else {
+        inner.stores.threads.commit_turn(commit).await?;
+        true
     };
 
     // After the commit: background memory extraction (the reply does not
@@ -459,6 +468,65 @@ pub(crate) async fn execute(
         "turn finished"
     );
     Ok(output)
+}
+
+/// How a crisis turn's commit came out within the crisis bound.
+enum CrisisCommit {
+    /// Committed.
+    Saved,
+    /// The commit failed: the reply goes out unsaved.
+    Failed,
+    /// The commit stalled past the bound: the reply goes out now (not
+    /// confirmed saved) while the commit goes on in the background.
+    Pending,
+}
+
+/// Commits a crisis turn without letting a stalled store hold its reply:
+/// past `storage_crisis_bound` the commit goes on in its own task, which
+/// keeps the thread lock (taken from `guard`) and counts as a running
+/// crisis turn, so a graceful stop waits for it and no other turn on the
+/// thread interleaves with it.
+async fn crisis_commit(
+    rt: &Runtime,
+    commit: TurnCommit,
+    guard: &mut Option<opencouch_store::ThreadGuard>,
+) -> CrisisCommit {
+    let inner = &rt.inner;
+    let threads = inner.stores.threads.clone();
+    let mut committing = tokio::spawn(async move { threads.commit_turn(commit).await });
+    let outcome = tokio::select! {
+        biased;
+        done = &mut committing => Some(done),
+        () = tokio::time::sleep(inner.opts.storage_crisis_bound) => None,
+    };
+    match outcome {
+        Some(Ok(Ok(_))) => CrisisCommit::Saved,
+        Some(Ok(Err(e))) => {
+            tracing::error!(error = %e, "commit failed; delivering the crisis reply unsaved");
+            CrisisCommit::Failed
+        }
+        Some(Err(_)) => {
+            tracing::error!("the commit task stopped; delivering the crisis reply unsaved");
+            CrisisCommit::Failed
+        }
+        None => {
+            tracing::warn!(
+                "commit stalled past the crisis bound; delivering the crisis reply first"
+            );
+            let running = inner.turns.start();
+            let crisis = inner.turns.crisis();
+            let held = guard.take();
+            tokio::spawn(async move {
+                let _keep = (running, crisis, held);
+                match committing.await {
+                    Ok(Ok(_)) => tracing::info!("the stalled crisis commit landed"),
+                    Ok(Err(e)) => tracing::error!(error = %e, "the stalled crisis commit failed"),
+                    Err(_) => tracing::error!("the stalled crisis commit task stopped"),
+                }
+            });
+            CrisisCommit::Pending
+        }
+    }
 }
 
 /// What the answering part of a turn (steps 3–6) starts from.

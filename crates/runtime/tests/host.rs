@@ -246,3 +246,48 @@ async fn a_stalled_store_never_holds_back_a_crisis_reply() {
     assert!(out.saved);
     assert_eq!(out.crisis.level.get(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_commit_never_holds_back_a_crisis_reply() {
+    // Writes stall for a second (a held table lock): the crisis reply goes
+    // out within the bound, not confirmed saved, and the commit still lands;
+    // the stop waits for it.
+    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
+    let opts = RuntimeOptions {
+        storage_crisis_bound: Duration::from_millis(200),
+        ..RuntimeOptions::default()
+    };
+    let p = Runtime::persistent(stores, None, opts.clone());
+    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
+    let host = Host::idle(p.clone(), i, HostOptions::default());
+    let svc = host.service();
+    faults.stall(
+        opencouch_store::faults::Fault::Commit,
+        Duration::from_secs(1),
+    );
+    let out = svc
+        .turn(req(
+            "w",
+            "I have the pills in my hand and I'm going to take them all tonight",
+            MemoryMode::Persistent,
+        ))
+        .await
+        .unwrap();
+    assert!(out.crisis.level.needs_crisis_response());
+    assert!(!out.saved);
+    assert!(!out.resources.is_empty());
+    assert_eq!(
+        out.diagnostics.get_str("storage_status"),
+        Some("commit_pending")
+    );
+    let report = host.shutdown().await;
+    assert_eq!(report.unfinished_crisis_turns, 0, "{report:?}");
+    let snap = p
+        .stores()
+        .threads
+        .load("alice:w", 0)
+        .await
+        .unwrap()
+        .expect("the stalled commit landed");
+    assert_eq!(snap.state.turn_count, 1);
+}

@@ -18,6 +18,20 @@ use crate::features::{FeatureConfig, Features, Featurizer, SIGN_BIT};
 
 const MAGIC: &[u8; 4] = b"OCLM";
 const VERSION: u32 = 1;
+/// The compact encoding: weight indices as varint deltas, weights as
+/// bfloat16 (the top 16 bits of an `f32`, rounded to nearest even).
+const VERSION_COMPACT: u32 = 2;
+
+/// An `f32` rounded to bfloat16 (nearest, ties to even).
+fn to_bf16(w: f32) -> u16 {
+    let bits = w.to_bits();
+    let round = 0x7FFF + ((bits >> 16) & 1);
+    (bits.wrapping_add(round) >> 16) as u16
+}
+
+fn from_bf16(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
 
 /// What a model is and where it came from (the encoded header).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,10 +237,56 @@ impl LinearModel {
         out
     }
 
-    /// Decodes a model written by [`LinearModel::encode`].
+    /// Encodes the model compactly: as [`LinearModel::encode`], with each
+    /// weight's index as a varint delta from the previous one and the weight
+    /// as bfloat16 (about 3 bytes a weight instead of 8). Scores move by the
+    /// rounding of the weights (relative error under 0.4%).
+    pub fn encode_compact(&self, prune: f32) -> Vec<u8> {
+        let header = serde_json::to_vec(&self.meta).unwrap_or_default();
+        let mut out = Vec::with_capacity(16 + header.len() + self.weights.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION_COMPACT.to_le_bytes());
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(&header);
+        for b in &self.bias {
+            out.extend_from_slice(&b.to_le_bytes());
+        }
+        let kept: Vec<(u32, u16)> = self
+            .weights
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.abs() > prune)
+            .map(|(i, w)| (i as u32, to_bf16(*w)))
+            .filter(|(_, h)| *h & 0x7FFF != 0)
+            .collect();
+        out.extend_from_slice(&(kept.len() as u32).to_le_bytes());
+        let mut prev = 0u32;
+        for (i, h) in kept {
+            let mut delta = i - prev;
+            prev = i;
+            loop {
+                let byte = (delta & 0x7F) as u8;
+                delta >>= 7;
+                if delta == 0 {
+                    out.push(byte);
+                    break;
+                }
+                out.push(byte | 0x80);
+            }
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes a model written by [`LinearModel::encode`] or
+    /// [`LinearModel::encode_compact`].
     pub fn decode(bytes: &[u8]) -> Result<Self, LearnError> {
         let mut r = Reader { bytes, at: 0 };
-        if r.take(4, "magic")? != MAGIC || r.u32("version")? != VERSION {
+        if r.take(4, "magic")? != MAGIC {
+            return Err(LearnError::BadMagic);
+        }
+        let version = r.u32("version")?;
+        if version != VERSION && version != VERSION_COMPACT {
             return Err(LearnError::BadMagic);
         }
         let len = r.u32("header length")? as usize;
@@ -245,9 +305,15 @@ impl LinearModel {
         let total = meta.features.buckets() * heads;
         let mut weights = vec![0f32; total];
         let nnz = r.u32("weight count")? as usize;
+        let mut prev = 0usize;
         for _ in 0..nnz {
-            let i = r.u32("weight index")? as usize;
-            let w = r.f32("weight")?;
+            let (i, w) = if version == VERSION {
+                (r.u32("weight index")? as usize, r.f32("weight")?)
+            } else {
+                prev += r.varint("weight index")?;
+                let b = r.take(2, "weight")?;
+                (prev, from_bf16(u16::from_le_bytes([b[0], b[1]])))
+            };
             let slot = weights
                 .get_mut(i)
                 .ok_or_else(|| LearnError::Header(format!("weight index {i} out of range")))?;
@@ -284,11 +350,38 @@ impl<'a> Reader<'a> {
     fn f32(&mut self, what: &'static str) -> Result<f32, LearnError> {
         Ok(f32::from_bits(self.u32(what)?))
     }
+    fn varint(&mut self, what: &'static str) -> Result<usize, LearnError> {
+        let mut v = 0usize;
+        for shift in (0..35).step_by(7) {
+            let b = self.take(1, what)?[0];
+            v |= usize::from(b & 0x7F) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(LearnError::Header(format!("{what}: varint too long")))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compact_encoding_round_trips_within_bf16_rounding() {
+        let m = toy();
+        let compact = LinearModel::decode(&m.encode_compact(0.0)).expect("decodes");
+        let exact = LinearModel::decode(&m.encode(0.0)).expect("decodes");
+        assert!(m.encode_compact(0.0).len() < m.encode(0.0).len());
+        for text in ["the cat sat on the mat", "a dog in the fog", "mat"] {
+            let (a, b) = (compact.score(text), exact.score(text));
+            for (x, y) in a.whole.iter().zip(&b.whole) {
+                assert!((x - y).abs() < 0.01, "{text}: {x} vs {y}");
+            }
+        }
+        assert_eq!(from_bf16(to_bf16(1.5)), 1.5);
+        assert_eq!(from_bf16(to_bf16(-0.25)), -0.25);
+    }
     use crate::train::{Example, TrainConfig, train};
 
     fn toy() -> LinearModel {

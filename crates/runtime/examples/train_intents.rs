@@ -143,11 +143,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dev.len(),
         started.elapsed().as_secs_f64() * 1e3
     );
-    // The shipped (pruned) weights are the ones measured.
+    // The shipped (pruned, compactly encoded) weights are the ones measured.
     let prune = env("LEARN_PRUNE")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.1f32);
-    let bytes = model.encode(prune);
+    let bytes = model.encode_compact(prune);
     let model = opencouch_learn::LinearModel::decode(&bytes)?;
     // Held-out predictions: (gold, predicted, confidence).
     let preds: Vec<(Intent, Intent, f32)> = dev

@@ -57,6 +57,30 @@ fn main() {
         "decode the embedded weights                  {:>8.2} ms",
         started.elapsed().as_secs_f64() * 1e3
     );
+    // A long message (about 2,000 characters: a post pasted in whole).
+    let long: String = MESSAGES[MESSAGES.len() - 1]
+        .chars()
+        .chain(std::iter::once(' '))
+        .cycle()
+        .take(2_000)
+        .collect();
+    let t = Instant::now();
+    let long_rounds = 200;
+    for _ in 0..long_rounds {
+        black_box(decide_chat(black_box(&long), None));
+    }
+    println!(
+        "layered chat reading, 2,000 characters       {:>8.2} µs/message",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(long_rounds)
+    );
+    let t = Instant::now();
+    for _ in 0..long_rounds {
+        black_box(layer.classify(IntentContext::Chat, black_box(&long)));
+    }
+    println!(
+        "learned layer alone, 2,000 characters        {:>8.2} µs/message",
+        t.elapsed().as_secs_f64() * 1e6 / f64::from(long_rounds)
+    );
     let rounds = 2_000;
     time("learned layer alone (chat heads)", rounds, |m| {
         black_box(layer.classify(IntentContext::Chat, m));

@@ -28,6 +28,19 @@ fn host(max_incognito: usize) -> (Host, Runtime, Runtime) {
     (host, p, i)
 }
 
+/// A host over fault-injecting in-memory stores with the given crisis
+/// bound; returns the persistent runtime (to check storage) and the switch.
+fn faulty_host(bound: Duration) -> (Host, Runtime, opencouch_store::faults::FaultSwitch) {
+    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
+    let opts = RuntimeOptions {
+        storage_crisis_bound: bound,
+        ..RuntimeOptions::default()
+    };
+    let p = Runtime::persistent(stores, None, opts.clone());
+    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
+    (Host::idle(p.clone(), i, HostOptions::default()), p, faults)
+}
+
 fn req(thread: &str, message: &str, mode: MemoryMode) -> TurnRequest {
     TurnRequest::new(Caller::account("alice"), thread, message, Channel::Test).in_mode(mode)
 }
@@ -171,15 +184,11 @@ async fn finished_turns_are_observed_and_counted() {
 async fn a_stop_waits_for_a_crisis_turn_whose_client_left() {
     // The commit stalls (a slow database); the client drops the stream at
     // once. The stop must still wait for the crisis turn to commit.
-    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
+    let (host, p, faults) = faulty_host(RuntimeOptions::default().storage_crisis_bound);
     faults.stall(
         opencouch_store::faults::Fault::Commit,
         Duration::from_millis(400),
     );
-    let opts = RuntimeOptions::default();
-    let p = Runtime::persistent(stores, None, opts.clone());
-    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
-    let host = Host::idle(p.clone(), i, HostOptions::default());
     let svc = host.service();
     let stream = svc
         .stream(req(
@@ -209,14 +218,7 @@ async fn a_stalled_store_never_holds_back_a_crisis_reply() {
     // Every read of threads and sessions waits 30 s (a lock held by a long
     // migration). The crisis message is answered from the gate alone,
     // unsaved; an ordinary message waits for storage as before.
-    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
-    let opts = RuntimeOptions {
-        storage_crisis_bound: Duration::from_millis(200),
-        ..RuntimeOptions::default()
-    };
-    let p = Runtime::persistent(stores, None, opts.clone());
-    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
-    let host = Host::idle(p, i, HostOptions::default());
+    let (host, _, faults) = faulty_host(Duration::from_millis(200));
     let svc = host.service();
     faults.stall(
         opencouch_store::faults::Fault::Load,
@@ -252,14 +254,7 @@ async fn a_stalled_commit_never_holds_back_a_crisis_reply() {
     // Writes stall for a second (a held table lock): the crisis reply goes
     // out within the bound, not confirmed saved, and the commit still lands;
     // the stop waits for it.
-    let (stores, faults) = opencouch_store::faults::with_faults(Stores::in_memory());
-    let opts = RuntimeOptions {
-        storage_crisis_bound: Duration::from_millis(200),
-        ..RuntimeOptions::default()
-    };
-    let p = Runtime::persistent(stores, None, opts.clone());
-    let i = Runtime::incognito(EphemeralStores::new(), None, opts);
-    let host = Host::idle(p.clone(), i, HostOptions::default());
+    let (host, p, faults) = faulty_host(Duration::from_millis(200));
     let svc = host.service();
     faults.stall(
         opencouch_store::faults::Fault::Commit,

@@ -495,8 +495,8 @@ impl Service {
     // ---- memory ----
 
     /// Memory control over the durable store (memory exists only there).
-    fn control(&self) -> Result<MemoryControlService, ServiceError> {
-        Ok(self.persistent.memory_control())
+    fn control(&self) -> MemoryControlService {
+        self.persistent.memory_control()
     }
 
     fn ctx(owner: &str) -> ControlContext<'_> {
@@ -512,7 +512,7 @@ impl Service {
     /// # Errors
     /// storage failures.
     pub async fn memory_status(&self, owner: &str) -> Result<MemoryStatus, ServiceError> {
-        let snap = self.control()?.snapshot(owner).await?;
+        let snap = self.control().snapshot(owner).await?;
         Ok(MemoryStatus {
             facts: snap.facts.len(),
             sessions: snap.sessions.len(),
@@ -535,7 +535,7 @@ impl Service {
             return Ok(opencouch_memory::control::GUEST_MODE_REPLY.to_owned());
         }
         Ok(self
-            .control()?
+            .control()
             .handle(&Self::ctx(owner), MemoryAction::Status, None)
             .await?
             .reply)
@@ -551,7 +551,7 @@ impl Service {
         owner: &str,
         kind: ItemKind,
     ) -> Result<Vec<String>, ServiceError> {
-        let snap = self.control()?.snapshot(owner).await?;
+        let snap = self.control().snapshot(owner).await?;
         let rows = match kind.target() {
             TargetKind::Fact => snap.facts,
             TargetKind::Session => snap.sessions,
@@ -566,7 +566,7 @@ impl Service {
     /// # Errors
     /// storage failures.
     pub async fn memory_items(&self, owner: &str) -> Result<MemoryItems, ServiceError> {
-        let snap = self.control()?.snapshot(owner).await?;
+        let snap = self.control().snapshot(owner).await?;
         let texts = |rows: Vec<(String, String)>| rows.into_iter().map(|(_, t)| t).collect();
         Ok(MemoryItems {
             facts: texts(snap.facts),
@@ -586,7 +586,7 @@ impl Service {
         enabled: bool,
     ) -> Result<MemoryChange, ServiceError> {
         let out = self
-            .control()?
+            .control()
             .handle(&Self::ctx(owner), MemoryAction::SetRecall { enabled }, None)
             .await?;
         Ok(MemoryChange {
@@ -607,7 +607,7 @@ impl Service {
         index: usize,
     ) -> Result<PreparedForget, ServiceError> {
         let out = self
-            .control()?
+            .control()
             .handle(
                 &Self::ctx(owner),
                 MemoryAction::ForgetByIndex {
@@ -661,7 +661,7 @@ impl Service {
         pending: &PendingForget,
     ) -> Result<MemoryChange, ServiceError> {
         let out = self
-            .control()?
+            .control()
             .handle(&Self::ctx(owner), action, Some(&pending.0))
             .await?;
         Ok(MemoryChange {

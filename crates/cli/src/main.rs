@@ -160,14 +160,22 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env("OPENCOUCH_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Installs logging (redacted fields, `OPENCOUCH_LOG`) and, for the
+/// commands that run conversations, trace export when an OTLP endpoint is
+/// configured. A config error here is left for the command to report.
+fn init_telemetry(cli: &Cli) -> opencouch_telemetry::Telemetry {
+    let exports = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Chat(_) | Command::Bench(_)
+    );
+    let export = if exports {
+        load_settings(&cli.global, None, None)
+            .ok()
+            .and_then(|s| opencouch_telemetry::ExportConfig::from_settings(&s))
+    } else {
+        None
+    };
+    opencouch_telemetry::init(export.as_ref())
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<()> {
@@ -233,7 +241,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    let telemetry = init_telemetry(&cli);
     if let Some(result) = dispatch_sync(&cli) {
         return finish(result);
     }
@@ -247,7 +255,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    finish(runtime.block_on(dispatch(cli)))
+    let result = runtime.block_on(dispatch(cli));
+    // Queued spans go out before the process ends (bounded).
+    telemetry.shutdown(std::time::Duration::from_secs(5));
+    finish(result)
 }
 
 fn finish(result: anyhow::Result<()>) -> ExitCode {

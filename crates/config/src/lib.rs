@@ -73,7 +73,7 @@ impl std::str::FromStr for Secret {
 
 /// The settings whose values are secrets: read from the environment as
 /// strings as they are, and never quoted in an error message.
-const SECRET_SETTINGS: [&str; 2] = ["api_key", "database_url"];
+const SECRET_SETTINGS: [&str; 3] = ["api_key", "database_url", "trace_headers"];
 
 /// Every setting, flat so each maps to one `OPENCOUCH_<NAME>` variable.
 /// `Debug` masks the secrets and the secret parts of `base_url`.
@@ -144,6 +144,26 @@ pub struct Settings {
     pub trusted_proxies: Vec<String>,
     /// Separate address serving `/metrics` (unset = metrics are off).
     pub metrics_listen: Option<String>,
+    /// OTLP base endpoint for traces (`OTEL_EXPORTER_OTLP_ENDPOINT`; the
+    /// signal path `/v1/traces` is appended). Export is off unless this or
+    /// `trace_traces_endpoint` is set.
+    pub trace_endpoint: Option<String>,
+    /// Full OTLP traces URL, used as given (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+    pub trace_traces_endpoint: Option<String>,
+    /// Export headers, `key=value,key=value` (`OTEL_EXPORTER_OTLP_HEADERS`):
+    /// usually credentials, so a secret.
+    pub trace_headers: Option<Secret>,
+    /// `service.name` of the exported resource (`OTEL_SERVICE_NAME`).
+    pub trace_service_name: String,
+    /// Share of ordinary turns exported, 0.0–1.0 (`OTEL_TRACES_SAMPLER_ARG`).
+    /// Crisis turns are always exported.
+    pub trace_sample_ratio: f64,
+    /// Spans waiting for export before new ones are dropped (and counted).
+    pub trace_queue_size: usize,
+    /// Export message text and model prompts/outputs (masked e-mail
+    /// addresses and phone numbers) on ordinary persistent turns. Off by
+    /// default; crisis and incognito turns are never captured.
+    pub trace_capture_content: bool,
 }
 
 impl Default for Settings {
@@ -177,6 +197,13 @@ impl Default for Settings {
             unauthenticated_rate_per_minute: 30,
             trusted_proxies: Vec::new(),
             metrics_listen: None,
+            trace_endpoint: None,
+            trace_traces_endpoint: None,
+            trace_headers: None,
+            trace_service_name: "opencouch".to_owned(),
+            trace_sample_ratio: 1.0,
+            trace_queue_size: 2048,
+            trace_capture_content: false,
         }
     }
 }
@@ -213,6 +240,13 @@ impl fmt::Debug for Settings {
             unauthenticated_rate_per_minute,
             trusted_proxies,
             metrics_listen,
+            trace_endpoint,
+            trace_traces_endpoint,
+            trace_headers,
+            trace_service_name,
+            trace_sample_ratio,
+            trace_queue_size,
+            trace_capture_content,
         } = self;
         f.debug_struct("Settings")
             .field("mode", mode)
@@ -246,6 +280,16 @@ impl fmt::Debug for Settings {
                 unauthenticated_rate_per_minute,
             )
             .field("metrics_listen", metrics_listen)
+            .field("trace_endpoint", &trace_endpoint.as_deref().map(mask_url))
+            .field(
+                "trace_traces_endpoint",
+                &trace_traces_endpoint.as_deref().map(mask_url),
+            )
+            .field("trace_headers", trace_headers)
+            .field("trace_service_name", trace_service_name)
+            .field("trace_sample_ratio", trace_sample_ratio)
+            .field("trace_queue_size", trace_queue_size)
+            .field("trace_capture_content", trace_capture_content)
             .finish()
     }
 }
@@ -312,7 +356,8 @@ impl Settings {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
-            fig = fig.merge(Toml::string(&text));
+            fig = fig.merge(Serialized::defaults(trace_section(&text)));
+            fig = fig.merge(Toml::string(&without_trace_section(&text)));
         }
         // OPENCOUCH_* (except the file pointer itself).
         let ours: Vec<(String, String)> = env
@@ -347,6 +392,9 @@ impl Settings {
         if let Some(v) = get("OPENAI_MODEL").filter(|v| !v.is_empty()) {
             fig = fig.merge(Serialized::default("control_model", v.clone()));
             fig = fig.merge(Serialized::default("fast_model", v));
+        }
+        for (key, value) in otel_env(&get) {
+            fig = fig.merge(Serialized::default(key, value));
         }
         fig = fig.merge(Serialized::defaults(overrides));
         let settings: Settings = fig
@@ -404,6 +452,30 @@ impl Settings {
             return bad(
                 "trusted_proxies",
                 "each entry must be an IP address or a network like 10.0.0.0/8 or fd00::/8",
+            );
+        }
+        for (key, url) in [
+            ("trace_endpoint", &self.trace_endpoint),
+            ("trace_traces_endpoint", &self.trace_traces_endpoint),
+        ] {
+            if let Some(url) = url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return bad(key, "must start with http:// or https://");
+            }
+        }
+        if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
+            return bad("trace_sample_ratio", "must be between 0.0 and 1.0");
+        }
+        if self.trace_queue_size == 0 {
+            return bad("trace_queue_size", "must be greater than 0");
+        }
+        if let Some(h) = &self.trace_headers
+            && parse_headers(h.expose()).is_none()
+        {
+            return bad(
+                "trace_headers",
+                "must look like key=value,key=value (the value is not shown)",
             );
         }
         if self.max_connections == 0 {
@@ -487,6 +559,28 @@ impl Settings {
             return PathBuf::from(p.trim_start_matches("//"));
         }
         self.resolved_data_dir().join("opencouch.sqlite3")
+    }
+
+    /// The OTLP traces URL, when export is on: `trace_traces_endpoint` as
+    /// given, else `trace_endpoint` with `/v1/traces` appended.
+    pub fn trace_url(&self) -> Option<String> {
+        if let Some(url) = self
+            .trace_traces_endpoint
+            .as_deref()
+            .filter(|u| !u.is_empty())
+        {
+            return Some(url.to_owned());
+        }
+        let base = self.trace_endpoint.as_deref().filter(|u| !u.is_empty())?;
+        Some(format!("{}/v1/traces", base.trim_end_matches('/')))
+    }
+
+    /// The export headers as `(name, value)` pairs (empty when unset).
+    pub fn trace_header_pairs(&self) -> Vec<(String, String)> {
+        self.trace_headers
+            .as_ref()
+            .and_then(|h| parse_headers(h.expose()))
+            .unwrap_or_default()
     }
 
     /// The settings as `(name, value)` rows with secrets masked.
@@ -583,7 +677,146 @@ impl Settings {
                     .clone()
                     .unwrap_or_else(|| "(off)".into()),
             ),
+            (
+                "trace_export",
+                self.trace_url()
+                    .map(|u| mask_url(&u))
+                    .unwrap_or_else(|| "(off)".into()),
+            ),
+            (
+                "trace_headers",
+                self.trace_headers
+                    .as_ref()
+                    .map(|h| {
+                        let names: Vec<String> = parse_headers(h.expose())
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, _)| format!("{k}=****"))
+                            .collect();
+                        names.join(",")
+                    })
+                    .unwrap_or_else(|| "(not set)".into()),
+            ),
+            ("trace_service_name", self.trace_service_name.clone()),
+            ("trace_sample_ratio", self.trace_sample_ratio.to_string()),
+            ("trace_queue_size", self.trace_queue_size.to_string()),
+            (
+                "trace_capture_content",
+                self.trace_capture_content.to_string(),
+            ),
         ]
+    }
+}
+
+/// `key=value,key=value` (the `OTEL_EXPORTER_OTLP_HEADERS` form; values
+/// may be percent-encoded) as pairs, or `None` when malformed.
+pub fn parse_headers(raw: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=')?;
+        let k = k.trim();
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return None;
+        }
+        let v = percent_decode(v.trim())?;
+        out.push((k.to_owned(), v));
+    }
+    Some(out)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The standard OpenTelemetry variables (and the original system's Opik
+/// names) as settings. `OPIK_API_KEY` with no OTLP endpoint points export at
+/// Opik's cloud endpoint with its three headers.
+fn otel_env(get: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, toml::Value)> {
+    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let mut out = Vec::new();
+    let str_value = |v: String| toml::Value::String(v);
+    let endpoint = get("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let traces = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let mut headers =
+        get("OTEL_EXPORTER_OTLP_TRACES_HEADERS").or(get("OTEL_EXPORTER_OTLP_HEADERS"));
+    if let Some(key) = get("OPIK_API_KEY") {
+        if endpoint.is_none() && traces.is_none() {
+            out.push(("trace_endpoint", str_value(OPIK_CLOUD_ENDPOINT.to_owned())));
+        }
+        if headers.is_none() {
+            let mut h = vec![format!("Authorization={key}")];
+            if let Some(ws) = get("OPIK_WORKSPACE") {
+                h.push(format!("Comet-Workspace={ws}"));
+            }
+            if let Some(p) = get("OPIK_PROJECT_NAME") {
+                h.push(format!("projectName={p}"));
+            }
+            headers = Some(h.join(","));
+        }
+    }
+    if let Some(v) = endpoint {
+        out.push(("trace_endpoint", str_value(v)));
+    }
+    if let Some(v) = traces {
+        out.push(("trace_traces_endpoint", str_value(v)));
+    }
+    if let Some(v) = headers {
+        out.push(("trace_headers", str_value(v)));
+    }
+    if let Some(v) = get("OTEL_SERVICE_NAME") {
+        out.push(("trace_service_name", str_value(v)));
+    }
+    if let Some(v) = get("OTEL_TRACES_SAMPLER_ARG") {
+        let value = match v.trim().parse::<f64>() {
+            Ok(f) => toml::Value::Float(f),
+            Err(_) => toml::Value::String(v),
+        };
+        out.push(("trace_sample_ratio", value));
+    }
+    out
+}
+
+/// Opik's cloud OTLP endpoint (its docs: traces over HTTP only).
+pub const OPIK_CLOUD_ENDPOINT: &str = "https://www.comet.com/opik/api/v1/private/otel";
+
+/// The config file's `[trace]` table as flat `trace_<key>` settings.
+fn trace_section(text: &str) -> toml::Table {
+    let mut out = toml::Table::new();
+    if let Ok(toml::Value::Table(table)) = text.parse::<toml::Table>().map(toml::Value::Table)
+        && let Some(toml::Value::Table(trace)) = table.get("trace")
+    {
+        for (k, v) in trace {
+            out.insert(format!("trace_{k}"), v.clone());
+        }
+    }
+    out
+}
+
+/// The config file without its `[trace]` table (lifted by [`trace_section`]).
+fn without_trace_section(text: &str) -> String {
+    match text.parse::<toml::Table>() {
+        Ok(mut table) if table.contains_key("trace") => {
+            table.remove("trace");
+            toml::to_string(&table).unwrap_or_else(|_| text.to_owned())
+        }
+        _ => text.to_owned(),
     }
 }
 
@@ -671,6 +904,12 @@ fn origin_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
 fn parse_scalar(value: &str) -> toml::Value {
     if let Ok(i) = value.parse::<i64>() {
         return toml::Value::Integer(i);
+    }
+    if value.contains('.')
+        && value.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && let Ok(f) = value.parse::<f64>()
+    {
+        return toml::Value::Float(f);
     }
     match value {
         "true" => toml::Value::Boolean(true),
@@ -1080,5 +1319,136 @@ mod tests {
         assert!(!type_error.contains("12345678901234567"), "{type_error}");
         assert!(type_error.contains("api_key"), "{type_error}");
         assert!(errors[5].to_string().contains("line 1"), "{}", errors[5]);
+    }
+
+    #[test]
+    fn trace_export_is_off_by_default_and_follows_the_standard_variables() {
+        let s = load(&[]).unwrap();
+        assert_eq!(s.trace_url(), None);
+        let s = load(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")]).unwrap();
+        assert_eq!(
+            s.trace_url().as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+        let s = load(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://b:9999/custom/path",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "Authorization=Basic%20abc,x-team=care",
+            ),
+            ("OTEL_SERVICE_NAME", "couch-prod"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ])
+        .unwrap();
+        assert_eq!(s.trace_url().as_deref(), Some("http://b:9999/custom/path"));
+        assert_eq!(
+            s.trace_header_pairs(),
+            vec![
+                ("Authorization".to_owned(), "Basic abc".to_owned()),
+                ("x-team".to_owned(), "care".to_owned())
+            ]
+        );
+        assert_eq!(s.trace_service_name, "couch-prod");
+        assert!((s.trace_sample_ratio - 0.25).abs() < 1e-9);
+        // Header values are secrets: not in Debug, names only in `config`.
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("Basic"), "{debug}");
+        let rows = s.display_rows();
+        let headers = rows.iter().find(|(k, _)| *k == "trace_headers").unwrap();
+        assert_eq!(headers.1, "Authorization=****,x-team=****");
+    }
+
+    #[test]
+    fn opik_variables_point_export_at_opik() {
+        let s = load(&[
+            ("OPIK_API_KEY", "opik-key-123"),
+            ("OPIK_WORKSPACE", "care-team"),
+            ("OPIK_PROJECT_NAME", "couch"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.trace_url().as_deref(),
+            Some("https://www.comet.com/opik/api/v1/private/otel/v1/traces")
+        );
+        assert_eq!(
+            s.trace_header_pairs(),
+            vec![
+                ("Authorization".to_owned(), "opik-key-123".to_owned()),
+                ("Comet-Workspace".to_owned(), "care-team".to_owned()),
+                ("projectName".to_owned(), "couch".to_owned()),
+            ]
+        );
+        // A self-hosted Opik: the endpoint given wins.
+        let s = load(&[
+            ("OPIK_API_KEY", "k"),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http://localhost:5173/api/v1/private/otel",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.trace_url().as_deref(),
+            Some("http://localhost:5173/api/v1/private/otel/v1/traces")
+        );
+    }
+
+    #[test]
+    fn the_config_file_trace_table_and_bad_trace_values() {
+        let dir = tempfile_dir("trace");
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "mode = \"deterministic\"\n[trace]\nendpoint = \"http://collector:4318\"\nsample_ratio = 0.5\ncapture_content = true\n",
+        )
+        .unwrap();
+        let s = Settings::load_from(Some(&file), &Overrides::default(), &[])
+            .unwrap()
+            .settings;
+        assert_eq!(s.mode, RuntimeMode::Deterministic);
+        assert_eq!(
+            s.trace_url().as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert!((s.trace_sample_ratio - 0.5).abs() < 1e-9);
+        assert!(s.trace_capture_content);
+        std::fs::write(&file, "[trace]\nsample_ratio = 1\n").unwrap();
+        let s = Settings::load_from(Some(&file), &Overrides::default(), &[])
+            .unwrap()
+            .settings;
+        assert!((s.trace_sample_ratio - 1.0).abs() < 1e-9);
+
+        for (vars, key) in [
+            (vec![("OTEL_TRACES_SAMPLER_ARG", "2")], "trace_sample_ratio"),
+            (
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
+                "trace_endpoint",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-sign")],
+                "trace_headers",
+            ),
+            (
+                vec![("OPENCOUCH_TRACE_QUEUE_SIZE", "0")],
+                "trace_queue_size",
+            ),
+        ] {
+            let err = load(&vars).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
+        let err = load(&[("OTEL_EXPORTER_OTLP_HEADERS", "Authorization")])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("Authorization"), "{err}");
+    }
+
+    fn tempfile_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("oc-cfg-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

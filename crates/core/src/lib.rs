@@ -13,6 +13,7 @@ pub mod io;
 pub mod message;
 pub mod state;
 pub mod stream;
+pub mod telemetry;
 pub mod text;
 
 pub use crisis::{

@@ -20,6 +20,7 @@ mod scripted;
 mod sse;
 mod stream;
 mod structured;
+pub mod trace;
 mod types;
 
 use async_trait::async_trait;

@@ -433,6 +433,16 @@ fn parse_completion(bytes: &[u8], requested_model: &str) -> Result<ChatResponse,
 // ---- streaming ------------------------------------------------------------
 
 struct StreamState {
+    /// When the request was sent, the tier, and whether a token came yet
+    /// (for `/metrics`).
+    started: std::time::Instant,
+    tier: &'static str,
+    first_token: bool,
+    span: tracing::Span,
+    /// Whether content capture is allowed for this call.
+    capture: bool,
+    /// The reply text so far, kept only when `capture` is on.
+    text: String,
     body: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
     decoder: SseDecoder,
     assembler: ToolCallAssembler,
@@ -496,6 +506,12 @@ impl StreamState {
 
     fn fail(&mut self, err: LlmError) {
         tracing::warn!(error = err.kind(), "model stream failed");
+        crate::trace::record_error(&self.span, &err);
+        opencouch_core::telemetry::record_model_call(
+            self.tier,
+            self.started.elapsed().as_secs_f64(),
+            Some(err.kind()),
+        );
         self.pending.push_back(Err(err));
         self.done = true;
     }
@@ -514,6 +530,18 @@ impl StreamState {
         for call in std::mem::take(&mut self.assembler).finish() {
             self.pending.push_back(Ok(StreamDelta::ToolCall(call)));
         }
+        opencouch_core::telemetry::record_model_call(
+            self.tier,
+            self.started.elapsed().as_secs_f64(),
+            None,
+        );
+        crate::trace::record_response(
+            &self.span,
+            &self.model,
+            self.usage,
+            self.finish_reason.as_ref(),
+            (!self.text.is_empty()).then_some(self.text.as_str()),
+        );
         self.pending.push_back(Ok(StreamDelta::Finished {
             finish_reason: self.finish_reason.take(),
             usage: self.usage.take(),
@@ -575,6 +603,16 @@ impl StreamState {
         };
         if let Some(delta) = choice.delta.or(choice.message) {
             if let Some(text) = content_text(delta.content.as_ref()) {
+                if !self.first_token {
+                    self.first_token = true;
+                    opencouch_core::telemetry::record_first_token(
+                        self.tier,
+                        self.started.elapsed().as_secs_f64(),
+                    );
+                }
+                if self.capture {
+                    self.text.push_str(&text);
+                }
                 self.pending.push_back(Ok(StreamDelta::Text(text)));
             }
             for tc in delta.tool_calls.unwrap_or_default() {
@@ -599,7 +637,9 @@ impl ChatModel for OpenAiCompatClient {
     async fn complete(&self, req: ChatRequest) -> Result<ChatResponse, LlmError> {
         let model = self.config.model_for(req.tier).to_owned();
         let body = self.request_bytes(&req, false)?;
-        let span = tracing::debug_span!("llm.complete", model = %model, tier = %req.tier.as_str(), tools = req.tools.len());
+        let span = crate::trace::chat_span(&model, req.tier.as_str(), req.tools.len(), false);
+        crate::trace::record_input(&span, &req.messages);
+        let started = std::time::Instant::now();
         let resp = async {
             let bytes = self.core.post_bytes(CHAT_PATH, body).await?;
             let resp = parse_completion(&bytes, &model)?;
@@ -611,9 +651,24 @@ impl ChatModel for OpenAiCompatClient {
             );
             Ok::<_, LlmError>(resp)
         }
-        .instrument(span)
-        .await?;
-        Ok(resp)
+        .instrument(span.clone())
+        .await;
+        match &resp {
+            Ok(r) => crate::trace::record_response(
+                &span,
+                &r.model,
+                r.usage,
+                r.finish_reason.as_ref(),
+                r.text.as_deref(),
+            ),
+            Err(e) => crate::trace::record_error(&span, e),
+        }
+        opencouch_core::telemetry::record_model_call(
+            req.tier.as_str(),
+            started.elapsed().as_secs_f64(),
+            resp.as_ref().err().map(LlmError::kind),
+        );
+        resp
     }
 
     async fn stream(
@@ -622,8 +677,36 @@ impl ChatModel for OpenAiCompatClient {
     ) -> Result<BoxStream<'static, Result<StreamDelta, LlmError>>, LlmError> {
         let model = self.config.model_for(req.tier).to_owned();
         let body = self.request_bytes(&req, true)?;
-        let resp = self.core.post_stream(CHAT_PATH, body).await?;
+        // The span lives as long as the stream: it ends when the stream is
+        // finished or dropped.
+        let span = crate::trace::chat_span(&model, req.tier.as_str(), req.tools.len(), true);
+        crate::trace::record_input(&span, &req.messages);
+        let started = std::time::Instant::now();
+        let tier = req.tier.as_str();
+        let resp = match self
+            .core
+            .post_stream(CHAT_PATH, body)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(resp) => resp,
+            Err(e) => {
+                crate::trace::record_error(&span, &e);
+                opencouch_core::telemetry::record_model_call(
+                    tier,
+                    started.elapsed().as_secs_f64(),
+                    Some(e.kind()),
+                );
+                return Err(e);
+            }
+        };
         let state = StreamState {
+            started,
+            tier,
+            first_token: false,
+            capture: crate::trace::capture_allowed(),
+            span,
+            text: String::new(),
             body: resp.bytes_stream().boxed(),
             decoder: SseDecoder::with_limit(self.config.max_event_bytes),
             assembler: ToolCallAssembler::new(),

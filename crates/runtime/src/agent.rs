@@ -104,6 +104,30 @@ impl Toolbox {
 
     /// Executes one call; unknown tools and bad JSON become error results.
     pub async fn execute(&self, ctx: &ToolContext, call: &ToolCall) -> (Value, bool) {
+        use opencouch_core::telemetry::genai;
+        // Spans and metrics name a registered tool (a model may ask for any
+        // name).
+        let label = if self.tools.contains_key(&call.name) {
+            call.name.as_str()
+        } else {
+            "unknown"
+        };
+        let span = tracing::info_span!(
+            "execute_tool",
+            "otel.name" = %format_args!("execute_tool {label}"),
+            { genai::OPERATION_NAME } = genai::OP_EXECUTE_TOOL,
+            { genai::TOOL_NAME } = label,
+            { genai::TOOL_CALL_ID } = %crate::spans::cut(&call.id),
+            "opencouch.ok" = tracing::field::Empty,
+        );
+        let (value, ok) =
+            tracing::Instrument::instrument(self.execute_inner(ctx, call), span.clone()).await;
+        span.record("opencouch.ok", ok);
+        opencouch_core::telemetry::record_tool_call(label, ok);
+        (value, ok)
+    }
+
+    async fn execute_inner(&self, ctx: &ToolContext, call: &ToolCall) -> (Value, bool) {
         let Some(tool) = self.tools.get(&call.name) else {
             return (json!({"ok": false, "error": "unknown_tool"}), false);
         };

@@ -194,7 +194,20 @@ pub(crate) fn spawn(ex: &Extractor, spec: JobSpec) {
     // Registered under the map lock, so the task's own removal (which takes
     // the same lock) always comes after the insertion.
     let mut map = jobs.lock();
-    let handle = tokio::spawn(run(ex.clone(), job.clone(), tx));
+    // Its own trace, linked to the turn that asked for it: a child span
+    // would keep the turn's root span (and so the turn's trace) open until
+    // the background work ends.
+    let span = tracing::info_span!(
+        parent: None,
+        "memory_extraction",
+        "otel.name" = "memory_extraction",
+        "opencouch.stage" = "memory_extraction",
+    );
+    span.follows_from(tracing::Span::current());
+    let handle = tokio::spawn(tracing::Instrument::instrument(
+        run(ex.clone(), job.clone(), tx),
+        span,
+    ));
     map.entry(job.spec.thread_id.clone())
         .or_default()
         .push(Entry { job, handle });

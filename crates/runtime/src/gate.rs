@@ -235,13 +235,26 @@ impl CrisisGate {
     /// hybrid mode, the model.
     async fn classify_message(&self, history: &[Message], message: &str) -> GateVerdict {
         let started = Instant::now();
-        let det = opencouch_safety::classify_with(
-            history,
-            message,
-            opencouch_safety::GateOptions {
-                learned: self.semantic,
-            },
+        let rules = tracing::info_span!(
+            "stage",
+            "otel.name" = "crisis_gate.rules",
+            "opencouch.stage" = "crisis_gate.rules",
+            "opencouch.learned_layer" = self.semantic,
+            "opencouch.outcome" = tracing::field::Empty,
+            "opencouch.level" = tracing::field::Empty,
         );
+        let det = rules.in_scope(|| {
+            opencouch_safety::classify_with(
+                history,
+                message,
+                opencouch_safety::GateOptions {
+                    learned: self.semantic,
+                },
+            )
+        });
+        rules.record("opencouch.outcome", det.layer.as_str());
+        rules.record("opencouch.level", i64::from(det.assessment.level.get()));
+        drop(rules);
         let layer = det.layer.as_str();
         let semantic: Option<SemanticOutcome> = det.learned.map(SemanticOutcome::from);
         let finish = |assessment: CrisisAssessment,

@@ -25,6 +25,23 @@ pub(crate) async fn finalize_locked(
     feedback: Option<FeedbackLabel>,
     source: Option<FeedbackSource>,
 ) -> Result<EndSessionOutcome, RuntimeError> {
+    // Its own trace: a session ends on request, at a rotation or by the
+    // sweeper, not inside one turn.
+    let span = tracing::info_span!(
+        parent: None,
+        "session_end",
+        "otel.name" = "session_end",
+        "opencouch.thread" = %opencouch_core::telemetry::opaque_id(&state.thread_id),
+    );
+    tracing::Instrument::instrument(finalize(rt, state, feedback, source), span).await
+}
+
+async fn finalize(
+    rt: &Runtime,
+    state: &mut ThreadState,
+    feedback: Option<FeedbackLabel>,
+    source: Option<FeedbackSource>,
+) -> Result<EndSessionOutcome, RuntimeError> {
     let inner = &rt.inner;
     let now = Utc::now();
     let Some(mut active) = inner.stores.sessions.get(&state.thread_id).await? else {

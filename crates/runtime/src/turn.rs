@@ -55,8 +55,10 @@ use crate::gate::GateVerdict;
 use crate::plan;
 use crate::reply::{EventSink, TurnStream};
 use crate::runtime::{Runtime, RuntimeError};
+use crate::spans;
 use crate::specialists::{self, CrisisInfo, EpisodeTurn, SpecialistInput};
 use crate::steps::{self, Answered};
+use tracing::{Instrument, Span};
 
 impl Runtime {
     /// Runs one turn and returns its output after the turn is committed.
@@ -64,8 +66,11 @@ impl Runtime {
     /// below crisis level before its commit (nothing is written) and never
     /// a crisis turn.
     pub(crate) async fn run_turn(&self, input: AgentInput) -> Result<AgentOutput, RuntimeError> {
-        self.spawn_turn(move |rt, sink| async move { execute(&rt, input, &sink).await })
-            .await
+        let span = spans::turn(&input);
+        self.spawn_turn(span, move |rt, sink| async move {
+            execute(&rt, input, &sink).await
+        })
+        .await
     }
 
     /// Runs one turn as a stream of events: statuses, chunks,
@@ -73,7 +78,10 @@ impl Runtime {
     /// its own task; dropping the stream before the turn's commit cancels a
     /// turn below crisis level (nothing is written) and never a crisis turn.
     pub(crate) fn run_turn_stream(&self, input: AgentInput) -> TurnStream {
-        self.spawn_stream(move |rt, sink| async move { execute(&rt, input, &sink).await })
+        let span = spans::turn(&input);
+        self.spawn_stream(span, move |rt, sink| async move {
+            execute(&rt, input, &sink).await
+        })
     }
 
     /// Runs a turn when storage is already known to be unavailable (for
@@ -88,7 +96,8 @@ impl Runtime {
         input: AgentInput,
         error: StoreError,
     ) -> Result<AgentOutput, RuntimeError> {
-        self.spawn_turn(move |rt, sink| async move {
+        let span = spans::turn(&input);
+        self.spawn_turn(span, move |rt, sink| async move {
             execute_without_storage(&rt, input, &sink, error).await
         })
         .await
@@ -100,14 +109,15 @@ impl Runtime {
         input: AgentInput,
         error: StoreError,
     ) -> TurnStream {
-        self.spawn_stream(move |rt, sink| async move {
+        let span = spans::turn(&input);
+        self.spawn_stream(span, move |rt, sink| async move {
             execute_without_storage(&rt, input, &sink, error).await
         })
     }
 
     /// Runs a turn in its own task; dropping the returned future cancels
     /// the turn's token. The task counts as a running turn until it ends.
-    async fn spawn_turn<F, Fut>(&self, run: F) -> Result<AgentOutput, RuntimeError>
+    async fn spawn_turn<F, Fut>(&self, span: Span, run: F) -> Result<AgentOutput, RuntimeError>
     where
         F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
@@ -116,7 +126,7 @@ impl Runtime {
         let _cancel_on_drop = cancel.clone().drop_guard();
         let running = self.inner.turns.start();
         let sink = EventSink::silent(cancel).tracked(self.inner.turns.clone());
-        let task = tokio::spawn(run(self.clone(), sink));
+        let task = tokio::spawn(run(self.clone(), sink).instrument(span));
         let result = task.await.unwrap_or(Err(RuntimeError::Aborted));
         running.report(result.as_ref());
         result
@@ -125,7 +135,7 @@ impl Runtime {
     /// Runs a turn in its own task whose events go straight to the returned
     /// stream: one task and one bounded channel between the turn and its
     /// consumer. The task counts as a running turn until it ends.
-    fn spawn_stream<F, Fut>(&self, run: F) -> TurnStream
+    fn spawn_stream<F, Fut>(&self, span: Span, run: F) -> TurnStream
     where
         F: FnOnce(Runtime, EventSink) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<AgentOutput, RuntimeError>> + Send + 'static,
@@ -157,7 +167,7 @@ impl Runtime {
             };
             let _ = tx.send(last).await;
             drop(running);
-        });
+        }.instrument(span));
         TurnStream::new(rx, cancel)
     }
 }
@@ -322,12 +332,19 @@ pub(crate) async fn execute(
     // verdict at level 2 or above until the person says they are safe.
     events.status(Stage::CrisisGate).await;
     let open_episode = state.crisis_episode.clone();
+    let gate = spans::Stage::start("crisis_gate", "crisis_gate_ms");
     let verdict = (inner.gate)
         .assess_in_episode(&session_history, &input.message, open_episode.as_ref())
+        .instrument(gate.span())
         .await;
+    gate.outcome(verdict.layer());
+    // The gate times itself (the verdict's `crisis_gate_ms`): the span
+    // carries that same figure.
+    gate.end_measured(verdict.elapsed_ms());
     let level = verdict.assessment().level;
     if level.needs_crisis_response() {
         events.mark_crisis();
+        spans::mark_crisis(level.get());
     }
     let decision = verdict.episode().copied();
     steps::gate_diagnostics(&mut diagnostics, &verdict);
@@ -356,6 +373,11 @@ pub(crate) async fn execute(
         },
         &mut diagnostics,
     );
+    // Content capture (operator's opt-in) never for a crisis or an
+    // incognito turn.
+    let capture = !level.needs_crisis_response()
+        && input.memory_mode == opencouch_core::MemoryMode::Persistent;
+    let answer = opencouch_llm::trace::capture_scope(capture, answer);
     let cancellable = !level.needs_crisis_response();
     let Answer {
         triage,
@@ -434,7 +456,14 @@ pub(crate) async fn execute(
             }
         }
     } else {
-        inner.stores.threads.commit_turn(commit).await?;
+        let stage = spans::Stage::start("commit", "commit_ms");
+        inner
+            .stores
+            .threads
+            .commit_turn(commit)
+            .instrument(stage.span())
+            .await?;
+        stage.end(&mut diagnostics);
         true
     };
 
@@ -452,13 +481,19 @@ pub(crate) async fn execute(
     }
     if let Some(info) = &outcome.crisis {
         events.status(Stage::CrisisLog).await;
-        let status = capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style).await;
+        let stage = spans::Stage::start("crisis_log", "crisis_log_ms");
+        let status = capture_crisis(rt, &input, &session_id, &verdict, info, outcome.style)
+            .instrument(stage.span())
+            .await;
+        stage.outcome(status);
+        stage.end(&mut diagnostics);
         diagnostics.set("crisis_log_status", status);
     }
     drop(guard);
 
     let output = steps::output(&answered, session_action, diagnostics, saved);
     let output = deliver(events, output, &reply.sent(), started).await;
+    spans::finish_turn(&output);
     tracing::info!(
         route = route_plan.kind.route().as_str(),
         plan = route_plan.kind.as_str(),
@@ -493,7 +528,13 @@ async fn crisis_commit(
 ) -> CrisisCommit {
     let inner = &rt.inner;
     let threads = inner.stores.threads.clone();
-    let mut committing = tokio::spawn(async move { threads.commit_turn(commit).await });
+    let mut committing = tokio::spawn(async move { threads.commit_turn(commit).await }.instrument(
+        tracing::info_span!(
+            "stage",
+            "otel.name" = "commit",
+            "opencouch.stage" = "commit"
+        ),
+    ));
     let outcome = tokio::select! {
         biased;
         done = &mut committing => Some(done),
@@ -561,26 +602,39 @@ async fn answer(
     let level = q.verdict.assessment().level;
     let triage = if steps::needs_triage(level, q.decision) {
         events.status(Stage::Triage).await;
+        let stage = spans::Stage::start("triage", "triage_ms");
         let (decision, triage_diag) =
-            crate::triage::decide(&inner.ports.model, q.state, q.history, &input.message).await;
+            crate::triage::decide(&inner.ports.model, q.state, q.history, &input.message)
+                .instrument(stage.span())
+                .await;
         diagnostics.merge(triage_diag);
+        stage.end(diagnostics);
         Some(decision)
     } else {
         None
     };
+    let stage = spans::Stage::start("plan", "plan_ms");
     let route_plan = plan::resolve(q.verdict, triage.as_ref(), q.state.exercise_state.is_some());
     steps::plan_diagnostics(diagnostics, &route_plan);
+    stage.outcome(route_plan.kind.as_str());
+    stage.end(diagnostics);
     events.status(route_plan.kind.stage()).await;
 
     let memory = if route_plan.kind.loads_memory() {
+        let stage = spans::Stage::start("retrieval", "retrieval_ms");
         let loaded = crate::memory::load_for_turn(
             &inner.ports.memory,
             input,
             &input.message,
             q.first_turn_of_session,
         )
+        .instrument(stage.span())
         .await;
         diagnostics.merge(loaded.diagnostics.clone());
+        if let Some(path) = loaded.diagnostics.get_str("retrieval_path") {
+            stage.outcome(path);
+        }
+        stage.end(diagnostics);
         Some(loaded)
     } else {
         None
@@ -600,7 +654,12 @@ async fn answer(
         episode: q.episode,
         reply: q.reply,
     };
-    let outcome = specialists::run(&inner.ports, spec_input).await;
+    let stage = spans::Stage::start("specialist", "specialist_ms");
+    let outcome = specialists::run(&inner.ports, spec_input)
+        .instrument(stage.span())
+        .await;
+    stage.outcome(outcome.style.as_str());
+    stage.end(diagnostics);
     Answer {
         triage,
         route_plan,
@@ -706,6 +765,7 @@ async fn unsaved_crisis_turn(
         return Err(RuntimeError::Store(error));
     }
     events.mark_crisis();
+    spans::mark_crisis(level.get());
     let mut diagnostics = Diagnostics::new();
     steps::gate_diagnostics(&mut diagnostics, &verdict);
     diagnostics.set(
@@ -741,6 +801,7 @@ async fn unsaved_crisis_turn(
         saved: false,
     };
     let output = deliver(events, output, "", started).await;
+    spans::finish_turn(&output);
     tracing::info!(
         crisis_level = level.get(),
         saved = false,

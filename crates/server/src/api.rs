@@ -25,28 +25,7 @@ use crate::error::{ApiError, parse_json, parse_required};
 /// The OpenAPI document, maintained by hand and checked by a test.
 pub const OPENAPI_JSON: &str = include_str!("../assets/openapi.json");
 
-/// Every route as (method, path), for docs and tests.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/health"),
-    ("GET", "/api/openapi.json"),
-    ("GET", "/metrics"),
-    ("POST", "/api/chat"),
-    ("POST", "/api/chat/stream"),
-    ("GET", "/api/chat/ws"),
-    ("GET", "/api/threads"),
-    ("GET", "/api/threads/{id}/state"),
-    ("GET", "/api/threads/{id}/history"),
-    ("GET", "/api/threads/{id}/session-status"),
-    ("POST", "/api/threads/{id}/end"),
-    ("GET", "/api/memory/status"),
-    ("PATCH", "/api/memory/recall"),
-    ("GET", "/api/memory/progress"),
-    ("GET", "/api/memory/{kind}"),
-    ("DELETE", "/api/memory/{kind}/{n}"),
-    ("GET", "/api/export"),
-    ("POST", "/api/forget-me"),
-    ("POST", "/api/forget-me/confirm"),
-];
+pub use crate::routes::ROUTES;
 
 /// The full application router. `/metrics` is not on it: see
 /// [`metrics_router`].
@@ -102,6 +81,8 @@ pub fn router(state: AppState) -> Router {
         // is JSON with `nosniff`.
         .layer(middleware::map_response(crate::guard::json_errors))
         .layer(middleware::map_response(crate::guard::nosniff))
+        .layer(middleware::from_fn_with_state(state.clone(), count_status))
+        .layer(crate::trace::layer())
         .with_state(state)
 }
 
@@ -256,6 +237,7 @@ async fn health(State(state): State<AppState>) -> Response {
             "semantic_signal": svc.semantic_signal(),
             "semantic_model": svc.semantic_status().map_or("off", |s| s.label()),
         },
+        "trace_export": svc.trace_export(),
     });
     let status = if store_ok {
         StatusCode::OK
@@ -266,11 +248,28 @@ async fn health(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics().render(),
-    )
-        .into_response()
+    use std::fmt::Write as _;
+    let svc = state.service();
+    let mut body = state.metrics().render();
+    let _ = writeln!(
+        body,
+        "# HELP opencouch_turns_running Turns running now (their tasks, whether or not a client listens).\n# TYPE opencouch_turns_running gauge\nopencouch_turns_running {}",
+        svc.running_turns()
+    );
+    let _ = writeln!(
+        body,
+        "# HELP opencouch_info The server's mode.\n# TYPE opencouch_info gauge\nopencouch_info{{mode=\"{}\",semantic_signal=\"{}\"}} 1",
+        svc.mode().as_str(),
+        svc.semantic_signal()
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// Counts every response of the application router by status code.
+async fn count_status(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    state.metrics().http(res.status().as_u16());
+    res
 }
 
 async fn chat(

@@ -16,6 +16,8 @@ pub mod guard;
 pub mod metrics;
 mod owner_data;
 pub mod progress;
+mod routes;
+mod trace;
 pub mod web;
 mod ws;
 

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use opencouch_core::AgentOutput;
+use opencouch_core::telemetry::Histogram;
 
 /// Counters and latency sums. Labels are closed vocabularies (route,
 /// crisis level, error code), never user content.
@@ -24,6 +25,24 @@ struct Counts {
     turn_seconds_sum: f64,
     turn_seconds_count: u64,
     stage_ms: BTreeMap<String, (f64, u64)>,
+    /// (level, deciding layer) → turns at crisis level 1 or above.
+    crisis: BTreeMap<(u8, String), u64>,
+    /// Fallback kind (the diagnostics key) → turns.
+    fallback_kinds: BTreeMap<String, u64>,
+    /// Retrieval path → turns that loaded memory.
+    retrieval_paths: BTreeMap<String, u64>,
+    retrieval_latency: Histogram,
+    /// HTTP status code → responses.
+    http_status: BTreeMap<u16, u64>,
+}
+
+/// A label value from our own closed vocabularies, kept only when it looks
+/// like one (lower-case words).
+fn label_ok(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.' || b.is_ascii_digit())
 }
 
 /// Diagnostics keys that flag a model failure or a deterministic fallback.
@@ -48,6 +67,25 @@ impl Metrics {
         {
             c.fallbacks += 1;
         }
+        let level = output.crisis.level.get();
+        if level >= 1 {
+            let layer = d
+                .get_str("crisis_layer")
+                .filter(|l| label_ok(l))
+                .unwrap_or("unknown");
+            *c.crisis.entry((level, layer.to_owned())).or_default() += 1;
+        }
+        for (k, v) in &d.0 {
+            if k.ends_with("_fallback") && v.as_bool() == Some(true) && label_ok(k) {
+                *c.fallback_kinds.entry(k.clone()).or_default() += 1;
+            }
+        }
+        if let Some(path) = d.get_str("retrieval_path").filter(|p| label_ok(p)) {
+            *c.retrieval_paths.entry(path.to_owned()).or_default() += 1;
+        }
+        if let Some(ms) = d.get("retrieval_ms").and_then(|v| v.as_f64()) {
+            c.retrieval_latency.observe(ms / 1000.0);
+        }
         for (k, v) in &d.0 {
             if let (Some(stage), Some(ms)) = (k.strip_suffix("_ms"), v.as_f64()) {
                 let e = c.stage_ms.entry(stage.to_owned()).or_default();
@@ -61,6 +99,13 @@ impl Metrics {
     pub fn turn_error(&self, code: &str) {
         if let Ok(mut c) = self.inner.lock() {
             *c.turn_errors.entry(code.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Records an HTTP response's status.
+    pub fn http(&self, status: u16) {
+        if let Ok(mut c) = self.inner.lock() {
+            *c.http_status.entry(status).or_default() += 1;
         }
     }
 
@@ -154,6 +199,50 @@ impl Metrics {
                 );
             }
         }
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_crisis_turns_total Turns at crisis level 1 or above by level and the gate layer that decided."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_crisis_turns_total counter");
+        for ((level, layer), n) in &c.crisis {
+            let _ = writeln!(
+                s,
+                "opencouch_crisis_turns_total{{level=\"{level}\",layer=\"{layer}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_fallback_turns_total Turns that used a deterministic fallback, by kind."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_fallback_turns_total counter");
+        for (kind, n) in &c.fallback_kinds {
+            let _ = writeln!(s, "opencouch_fallback_turns_total{{kind=\"{kind}\"}} {n}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_retrieval_total Memory retrievals by path."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_retrieval_total counter");
+        for (path, n) in &c.retrieval_paths {
+            let _ = writeln!(s, "opencouch_retrieval_total{{path=\"{path}\"}} {n}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_retrieval_duration_seconds Memory retrieval latency."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_retrieval_duration_seconds histogram");
+        c.retrieval_latency
+            .render(&mut s, "opencouch_retrieval_duration_seconds", "");
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_http_responses_total HTTP responses by status code."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_http_responses_total counter");
+        for (status, n) in &c.http_status {
+            let _ = writeln!(s, "opencouch_http_responses_total{{code=\"{status}\"}} {n}");
+        }
+        drop(c);
+        opencouch_core::telemetry::render_call_metrics(&mut s);
         s
     }
 }

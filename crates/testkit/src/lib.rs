@@ -30,6 +30,7 @@
 pub mod canned;
 pub mod embed;
 pub mod hub;
+pub mod otlp;
 mod script;
 mod server;
 
@@ -44,6 +45,7 @@ use tokio::task::JoinHandle;
 
 pub use embed::{cosine, hash_embedding};
 pub use hub::{FakeHub, HubRequest};
+pub use otlp::FakeCollector;
 pub use script::{Endpoint, Match, Reply, Rule, ScriptedToolCall};
 
 /// Default embedding dimension of the fake embeddings endpoint.

@@ -83,6 +83,9 @@ fn crate_arrows_are_the_allowed_ones() {
         // A channel: the runtime's service, the core types, the settings
         // and the exercise catalog; never the store or memory.
         ("server", &["core", "config", "exercises", "runtime"]),
+        // Logs and trace export: the settings, the core's names and export
+        // health, the redaction rules.
+        ("telemetry", &["core", "config", "prompts"]),
         (
             "cli",
             &[
@@ -97,6 +100,7 @@ fn crate_arrows_are_the_allowed_ones() {
                 "memory",
                 "runtime",
                 "server",
+                "telemetry",
             ],
         ),
         ("testkit", &["core"]),
@@ -774,7 +778,6 @@ mod seam {
                 "tokio",
                 "futures",
                 "tracing",
-                "tracing-subscriber",
                 "indicatif",
                 "rustyline",
                 "reqwest",
@@ -789,7 +792,30 @@ mod seam {
         ),
         (
             "testkit",
-            &["serde", "serde_json", "tokio", "axum", "futures"],
+            &[
+                "serde",
+                "serde_json",
+                "tokio",
+                "axum",
+                "futures",
+                "opentelemetry-proto",
+                "prost",
+            ],
+        ),
+        (
+            "telemetry",
+            &[
+                "opentelemetry",
+                "opentelemetry_sdk",
+                "opentelemetry-otlp",
+                "tracing",
+                "tracing-subscriber",
+                "tracing-opentelemetry",
+                "tokio",
+                "reqwest",
+                "thiserror",
+                "serde_json",
+            ],
         ),
     ];
 

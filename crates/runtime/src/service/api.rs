@@ -238,7 +238,14 @@ impl Service {
             store_ok: self.store_ok().await,
             mode: self.mode(),
             semantic_signal: self.semantic_signal(),
+            trace_export: self.trace_export(),
         }
+    }
+
+    /// The trace export's state: on or off, spans exported and dropped,
+    /// the last export error.
+    pub fn trace_export(&self) -> opencouch_core::telemetry::ExportSnapshot {
+        opencouch_core::telemetry::EXPORT.snapshot()
     }
 
     // ---- the one check of a request ----

@@ -258,6 +258,8 @@ pub struct Health {
     pub mode: opencouch_core::RuntimeMode,
     /// Whether the semantic crisis signal is on.
     pub semantic_signal: bool,
+    /// Trace export: on or off, exported and dropped spans, last error.
+    pub trace_export: opencouch_core::telemetry::ExportSnapshot,
 }
 
 /// Counts and switches of an owner's memory.

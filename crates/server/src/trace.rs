@@ -59,8 +59,9 @@ fn on_response(res: &Response, _latency: Duration, span: &Span) {
     }
 }
 
-/// The layer for the application router.
-pub fn layer() -> TraceLayer<
+/// The request-span layer's type (plain function pointers, no callbacks
+/// but the span and the status).
+pub type HttpTraceLayer = TraceLayer<
     SharedClassifier<ServerErrorsAsFailures>,
     fn(&Request) -> Span,
     (),
@@ -68,7 +69,10 @@ pub fn layer() -> TraceLayer<
     (),
     (),
     (),
-> {
+>;
+
+/// The layer for the application router.
+pub fn layer() -> HttpTraceLayer {
     TraceLayer::new_for_http()
         .make_span_with(make_span as fn(&Request) -> Span)
         .on_request(())

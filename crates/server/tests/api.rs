@@ -646,6 +646,44 @@ async fn metrics_count_turns_by_route_and_level() {
 }
 
 #[tokio::test]
+async fn metrics_hold_the_crisis_http_stage_and_export_series() {
+    let f = fixture().await;
+    chat(&f, &f.alice, "m2", "hello").await;
+    chat(&f, &f.alice, "m3", "I want to kill myself tonight").await;
+    // An unknown route: a 404 counted by status.
+    let _ = call(&f.app, GET, "/api/nothing-here", Some(&f.alice), None).await;
+    let metrics = opencouch_server::metrics_router(f.state.clone());
+    let (_, v) = call(&metrics, GET, "/metrics", None, None).await;
+    let text = v.as_str().unwrap();
+    for series in [
+        "opencouch_turns_total{route=\"crisis\",crisis_level=",
+        "# TYPE opencouch_crisis_turns_total counter",
+        "opencouch_crisis_turns_total{level=",
+        "opencouch_http_responses_total{code=\"200\"}",
+        "opencouch_http_responses_total{code=\"404\"} 1",
+        "opencouch_stage_duration_seconds_count{stage=\"crisis_gate\"} 2",
+        "opencouch_stage_duration_seconds_count{stage=\"commit\"}",
+        "# TYPE opencouch_retrieval_duration_seconds histogram",
+        "# TYPE opencouch_model_call_duration_seconds histogram",
+        "# TYPE opencouch_tool_calls_total counter",
+        "opencouch_trace_export_enabled 0",
+        "opencouch_trace_spans_dropped_total 0",
+        "opencouch_turns_running 0",
+        "opencouch_info{mode=\"deterministic\"",
+    ] {
+        assert!(text.contains(series), "no {series} in\n{text}");
+    }
+    // Every sample line is `name{labels} value` or `name value`.
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (_, value) = line.rsplit_once(' ').expect(line);
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
+}
+
+#[tokio::test]
 async fn progress_charts_mood_per_session_from_the_arcs() {
     let f = fixture().await;
     common::seed_arc(&f.rt, "alice", 3, "anxious", "a little better").await;

@@ -21,6 +21,7 @@
 //! (one transaction: transcript rows + snapshot + session row), then drop or
 //! release the guard.
 
+pub mod channels;
 pub mod codec;
 pub mod error;
 #[cfg(feature = "test-util")]
@@ -39,6 +40,7 @@ pub mod users;
 
 use std::sync::Arc;
 
+pub use channels::ChatRecord;
 pub use codec::{CURRENT_SCHEMA_VERSION, CodecError, decode_state, decode_state_str, encode_state};
 pub use error::{StoreError, StoreResult};
 pub use lock::{SWEEPER_LOCK, ThreadGuard, ThreadLocks};
@@ -54,7 +56,7 @@ pub use records::{
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore, UserStore,
+    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore, UserStore,
     VoiceFinalizationStore,
 };
 
@@ -88,6 +90,8 @@ pub struct Stores {
     pub users: Arc<dyn UserStore>,
     /// Everything of one owner across tables (export, forget-me).
     pub owners: Arc<dyn OwnerStore>,
+    /// Chat channels' update cursors and chat registry.
+    pub channels: Arc<dyn ChannelStore>,
     /// Per-thread and global locks.
     pub locks: ThreadLocks,
     backend: Backend,
@@ -114,6 +118,7 @@ impl Stores {
             + VoiceFinalizationStore
             + UserStore
             + OwnerStore
+            + ChannelStore
             + 'static,
     {
         Stores {
@@ -124,7 +129,8 @@ impl Stores {
             feedback: backend.clone(),
             voice: backend.clone(),
             users: backend.clone(),
-            owners: backend,
+            owners: backend.clone(),
+            channels: backend,
             locks,
             backend: kind,
         }

@@ -510,6 +510,9 @@ pub struct OwnerCounts {
     pub feedback: u64,
     /// API users of that name, revoked ones included (`api_users`).
     pub api_users: u64,
+    /// Chat-channel registry rows of the owner's chats (`channel_chats`:
+    /// which thread a Telegram chat talks in).
+    pub channel_chats: u64,
     /// Crisis-log rows that name the owner (`crisis_log`): kept, with the
     /// user id cleared.
     pub crisis_log_unlinked: u64,
@@ -528,6 +531,7 @@ impl OwnerCounts {
             + self.preferences
             + self.feedback
             + self.api_users
+            + self.channel_chats
     }
 }
 
@@ -543,6 +547,7 @@ impl std::ops::AddAssign for OwnerCounts {
         self.memory_revisions += o.memory_revisions;
         self.feedback += o.feedback;
         self.api_users += o.api_users;
+        self.channel_chats += o.channel_chats;
         self.crisis_log_unlinked += o.crisis_log_unlinked;
     }
 }

@@ -189,7 +189,7 @@ mod seam {
     const CHANNEL_CRATES: &[&str] = &["server", "telegram", "voice", "tui"];
 
     /// Channel modules of the cli (files under `crates/cli/src`, or folders).
-    const CLI_CHANNEL_MODULES: &[&str] = &["chat", "serve", "bench", "tui"];
+    const CLI_CHANNEL_MODULES: &[&str] = &["chat", "serve", "bench", "tui", "telegram"];
 
     /// Every `.rs` file under `dir`, sorted.
     fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -785,6 +785,19 @@ mod seam {
                 "nix",
                 "tempfile",
                 "mimalloc",
+            ],
+        ),
+        (
+            "telegram",
+            &[
+                "axum",
+                "futures",
+                "reqwest",
+                "serde",
+                "serde_json",
+                "thiserror",
+                "tokio",
+                "tracing",
             ],
         ),
         (

@@ -59,7 +59,11 @@ pub fn webhook_routes(
     service: &opencouch_runtime::service::Service,
 ) -> Option<opencouch_telegram::webhook::WebhookRoutes> {
     let url = settings.telegram_webhook_url.clone()?;
-    let secret = settings.telegram_webhook_secret.as_ref()?.expose().to_owned();
+    let secret = settings
+        .telegram_webhook_secret
+        .as_ref()?
+        .expose()
+        .to_owned();
     let bot = match opencouch_telegram::bot_from_settings(settings, service.clone()) {
         Ok(bot) => bot,
         Err(e) => {
@@ -71,7 +75,9 @@ pub fn webhook_routes(
     tokio::spawn(async move {
         match bot.api().set_webhook(&url, &secret).await {
             Ok(()) => tracing::info!("Telegram webhook set"),
-            Err(e) => tracing::error!(error = %e, "setWebhook failed: Telegram will not send updates"),
+            Err(e) => {
+                tracing::error!(error = %e, "setWebhook failed: Telegram will not send updates")
+            }
         }
         if let Err(e) = bot.register_commands().await {
             tracing::warn!(error = %e, "setMyCommands failed; the commands still work");

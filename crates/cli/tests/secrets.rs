@@ -33,7 +33,10 @@ fn config_output_masks_every_secret() {
         .env("OPENAI_BASE_URL", &base)
         .env("OPENAI_API_KEY", &key)
         .env("OPENCOUCH_TELEGRAM_BOT_TOKEN", &bot_token)
-        .env("OPENCOUCH_TELEGRAM_WEBHOOK_URL", "https://bot.example/telegram/webhook")
+        .env(
+            "OPENCOUCH_TELEGRAM_WEBHOOK_URL",
+            "https://bot.example/telegram/webhook",
+        )
         .env("OPENCOUCH_TELEGRAM_WEBHOOK_SECRET", &hook_secret)
         .env("OPENCOUCH_LOG", "trace")
         .arg("config"));

@@ -24,6 +24,7 @@ fn start_bot(home: &Path, data: &Path, tg: &FakeTelegram, model: &FakeOpenAi) ->
     common::clean(home)
         .env("OPENCOUCH_NO_MODEL_HINT", "1")
         .env("OPENCOUCH_MODE", "hybrid")
+        .env("OPENCOUCH_LOG", "error")
         .env("OPENAI_BASE_URL", model.base_url())
         .env("OPENCOUCH_TELEGRAM_BOT_TOKEN", FAKE_BOT_TOKEN)
         .env("OPENCOUCH_TELEGRAM_API_URL", tg.api_url())
@@ -46,13 +47,18 @@ fn kill_9(child: &mut Child) {
 async fn wait_for(what: &str, done: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
 async fn transcript(data: &Path) -> Vec<(Role, String)> {
-    let db = SqliteStores::open(data.join("opencouch.sqlite3")).await.unwrap();
+    let db = SqliteStores::open(data.join("opencouch.sqlite3"))
+        .await
+        .unwrap();
     let rows = db.history(THREAD, 100, None).await.unwrap();
     db.close().await;
     rows.into_iter()
@@ -61,7 +67,9 @@ async fn transcript(data: &Path) -> Vec<(Role, String)> {
 }
 
 async fn cursor(data: &Path) -> Option<i64> {
-    let db = SqliteStores::open(data.join("opencouch.sqlite3")).await.unwrap();
+    let db = SqliteStores::open(data.join("opencouch.sqlite3"))
+        .await
+        .unwrap();
     let c = db.channel_cursor("telegram").await.unwrap();
     db.close().await;
     c
@@ -80,12 +88,18 @@ async fn kill_9_during_a_turn_then_restart_answers_it_once() {
     wait_for("the turn to reach the model", || model.request_count() > 0).await;
     kill_9(&mut bot);
     assert!(tg.sent_texts(ALICE).is_empty());
-    assert!(transcript(&data).await.is_empty(), "a killed turn left rows");
+    assert!(
+        transcript(&data).await.is_empty(),
+        "a killed turn left rows"
+    );
     assert!(cursor(&data).await.is_none_or(|c| c <= first));
 
     model.set_default(Reply::text("Thank you for telling me about work."));
     let mut bot = start_bot(home.path(), &data, &tg, &model);
-    wait_for("the reply after the restart", || !tg.sent_texts(ALICE).is_empty()).await;
+    wait_for("the reply after the restart", || {
+        !tg.sent_texts(ALICE).is_empty()
+    })
+    .await;
     let second = tg.push_text(ALICE, "it helps to say it");
     wait_for("the second reply", || tg.sent_texts(ALICE).len() >= 2).await;
     wait_for("the offset past both", || tg.confirmed_offset() > second).await;
@@ -99,7 +113,13 @@ async fn kill_9_during_a_turn_then_restart_answers_it_once() {
         .filter(|(r, _)| *r == Role::User)
         .map(|(_, t)| t.as_str())
         .collect();
-    assert_eq!(users, ["work has been making me anxious lately", "it helps to say it"]);
+    assert_eq!(
+        users,
+        [
+            "work has been making me anxious lately",
+            "it helps to say it"
+        ]
+    );
     assert_eq!(rows.len(), 4);
     assert_eq!(cursor(&data).await, Some(second + 1));
     assert!(first < second);

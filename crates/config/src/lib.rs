@@ -1231,12 +1231,20 @@ mod tests {
             ("OPENAI_BASE_URL", base.as_str()),
             ("OPENAI_API_KEY", key.as_str()),
             ("OPENCOUCH_TELEGRAM_BOT_TOKEN", bot_token.as_str()),
-            ("OPENCOUCH_TELEGRAM_WEBHOOK_URL", "https://bot.example/telegram"),
+            (
+                "OPENCOUCH_TELEGRAM_WEBHOOK_URL",
+                "https://bot.example/telegram",
+            ),
             ("OPENCOUCH_TELEGRAM_WEBHOOK_SECRET", hook_secret.as_str()),
         ]);
         let loaded = Settings::load_from(None, &Overrides::default(), &vars).unwrap();
         assert_eq!(
-            loaded.settings.telegram_bot_token.as_ref().unwrap().expose(),
+            loaded
+                .settings
+                .telegram_bot_token
+                .as_ref()
+                .unwrap()
+                .expose(),
             bot_token
         );
         assert_eq!(

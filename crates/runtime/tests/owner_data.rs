@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use opencouch_core::{AgentInput, MemoryMode, RuntimeMode};
 use opencouch_runtime::service::{
-    Caller, ChatThread, EXPORT_SCHEMA, EndedVia, ExportFormat, ExportRequest, Feedback, ForgetMeConfirm,
-    ForgetMeRequest, Service,
+    Caller, ChatThread, EXPORT_SCHEMA, EndedVia, ExportFormat, ExportRequest, Feedback,
+    ForgetMeConfirm, ForgetMeRequest, Service,
 };
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::{EphemeralStores, MemoryKind, PgStores, SqliteStores, Stores};

@@ -333,14 +333,8 @@ pub async fn serve_with_routes(
     };
     tracing::info!(addr = %listening.addr, local_mode = local, "opencouch API listening");
     on_listening(&listening);
-    let result = serve_listeners_with(
-        listener,
-        metrics_listener,
-        state,
-        extra,
-        shutdown_signal(),
-    )
-    .await;
+    let result =
+        serve_listeners_with(listener, metrics_listener, state, extra, shutdown_signal()).await;
     let report = host.shutdown().await;
     tracing::info!(
         unfinished_turns = report.unfinished_turns,

@@ -18,51 +18,18 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use std::collections::{BTreeMap, HashMap};
-
 use crate::error::{StoreError, StoreResult};
 use crate::memory::MemoryBackend;
+use crate::records::ChatRecord;
 use crate::sql::{Arg, SqlBackend, SqlRow, Stmt, to_u64};
 use crate::traits::ChannelStore;
-
-/// One chat of a channel, as the registry keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRecord {
-    /// The channel (`telegram`).
-    pub channel: String,
-    /// The platform's chat id, as text.
-    pub chat_id: String,
-    /// The owner the chat's threads and memory belong to.
-    pub owner_id: String,
-    /// The active thread, as the channel names it (not scoped).
-    pub thread_id: String,
-    /// Messages stored in the active thread (both sides).
-    pub message_count: u64,
-    /// Whether the active thread runs incognito.
-    pub incognito: bool,
-    /// The last platform update answered in this chat.
-    pub last_update_id: Option<i64>,
-    /// The update whose turn was started and not yet answered.
-    pub pending_update_id: Option<i64>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// The in-memory backend's channel tables.
-#[derive(Default)]
-pub(crate) struct ChannelMaps {
-    pub(crate) cursors: HashMap<String, i64>,
-    pub(crate) chats: BTreeMap<(String, String), ChatRecord>,
-}
 
 fn check(record: &ChatRecord) -> StoreResult<()> {
     if record.channel.is_empty() || record.chat_id.is_empty() {
         return Err(StoreError::Invalid("channel and chat id must not be empty"));
     }
     if record.owner_id.is_empty() || record.thread_id.is_empty() {
-        return Err(StoreError::Invalid(
-            "a chat needs an owner and a thread id",
-        ));
+        return Err(StoreError::Invalid("a chat needs an owner and a thread id"));
     }
     if i64::try_from(record.message_count).is_err() {
         return Err(StoreError::Invalid("message count out of range"));

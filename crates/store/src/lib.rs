@@ -40,14 +40,13 @@ pub mod users;
 
 use std::sync::Arc;
 
-pub use channels::ChatRecord;
 pub use codec::{CURRENT_SCHEMA_VERSION, CodecError, decode_state, decode_state_str, encode_state};
 pub use error::{StoreError, StoreResult};
 pub use lock::{SWEEPER_LOCK, ThreadGuard, ThreadLocks};
 pub use memory::MemoryBackend;
 pub use postgres::PgStores;
 pub use records::{
-    ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
+    ApiUser, ChatRecord, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts,
     ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
     TraceRuntimeMode, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
@@ -56,8 +55,8 @@ pub use records::{
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore, UserStore,
-    VoiceFinalizationStore,
+    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore,
+    UserStore, VoiceFinalizationStore,
 };
 
 /// Which backend a [`Stores`] bundle uses.

@@ -25,6 +25,13 @@ struct ThreadData {
     transcript: Vec<opencouch_core::Message>,
 }
 
+/// The in-memory backend's channel tables.
+#[derive(Default)]
+pub(crate) struct ChannelMaps {
+    pub(crate) cursors: HashMap<String, i64>,
+    pub(crate) chats: BTreeMap<(String, String), crate::records::ChatRecord>,
+}
+
 #[derive(Default)]
 struct Inner {
     threads: HashMap<String, ThreadData>,
@@ -38,7 +45,7 @@ struct Inner {
     crisis: Vec<CrisisRecord>,
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
-    channels: crate::channels::ChannelMaps,
+    channels: ChannelMaps,
 }
 
 impl Inner {
@@ -141,10 +148,7 @@ impl MemoryBackend {
     }
 
     /// Runs `f` on the channel tables (see `channels.rs`).
-    pub(crate) fn with_channels<R>(
-        &self,
-        f: impl FnOnce(&mut crate::channels::ChannelMaps) -> R,
-    ) -> R {
+    pub(crate) fn with_channels<R>(&self, f: impl FnOnce(&mut ChannelMaps) -> R) -> R {
         f(&mut self.lock().channels)
     }
 

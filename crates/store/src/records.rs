@@ -682,3 +682,26 @@ mod tests {
         assert_eq!(embedding_from_le_bytes(&[1, 2, 3]), None);
     }
 }
+
+/// One chat of a channel, as the registry keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRecord {
+    /// The channel (`telegram`).
+    pub channel: String,
+    /// The platform's chat id, as text.
+    pub chat_id: String,
+    /// The owner the chat's threads and memory belong to.
+    pub owner_id: String,
+    /// The active thread, as the channel names it (not scoped).
+    pub thread_id: String,
+    /// Messages stored in the active thread (both sides).
+    pub message_count: u64,
+    /// Whether the active thread runs incognito.
+    pub incognito: bool,
+    /// The last platform update answered in this chat.
+    pub last_update_id: Option<i64>,
+    /// The update whose turn was started and not yet answered.
+    pub pending_update_id: Option<i64>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}

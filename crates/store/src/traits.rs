@@ -4,10 +4,9 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 
-use crate::channels::ChatRecord;
 use crate::error::StoreResult;
 use crate::records::{
-    ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
+    ApiUser, ChatRecord, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
     MemoryRecord, OwnerCounts, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
     TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
 };

@@ -15,10 +15,10 @@ use opencouch_core::{
 };
 use opencouch_store::session::REASON_INTERRUPTED;
 use opencouch_store::{
-    ActiveSession, ApiUser, ChatRecord, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
-    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts, PgStores,
-    ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
-    ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
+    ActiveSession, ApiUser, ChatRecord, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT,
+    Embedding, FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord,
+    OwnerCounts, PgStores, ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores,
+    StoreError, Stores, ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
     VoiceFinalizationState, opaque_session_id,
 };
 use serde_json::json;
@@ -1324,23 +1324,36 @@ fn chat_record(owner: &str, chat: &str, marker: &str) -> ChatRecord {
 async fn channel_state(s: &Stores) {
     let c = &s.channels;
     assert_eq!(c.channel_cursor("telegram").await.expect("cursor"), None);
-    c.set_channel_cursor("telegram", 1001, t0()).await.expect("set");
-    c.set_channel_cursor("telegram", 1005, t0()).await.expect("set");
+    c.set_channel_cursor("telegram", 1001, t0())
+        .await
+        .expect("set");
+    c.set_channel_cursor("telegram", 1005, t0())
+        .await
+        .expect("set");
     c.set_channel_cursor("other", 7, t0()).await.expect("set");
-    assert_eq!(c.channel_cursor("telegram").await.expect("cursor"), Some(1005));
+    assert_eq!(
+        c.channel_cursor("telegram").await.expect("cursor"),
+        Some(1005)
+    );
     assert_eq!(c.channel_cursor("other").await.expect("cursor"), Some(7));
 
     assert!(c.chat("telegram", "42").await.expect("chat").is_none());
     let mut row = chat_record("telegram-42", "42", "m");
     c.put_chat(&row).await.expect("put");
-    assert_eq!(c.chat("telegram", "42").await.expect("chat"), Some(row.clone()));
+    assert_eq!(
+        c.chat("telegram", "42").await.expect("chat"),
+        Some(row.clone())
+    );
     row.thread_id = "telegram:dm:42:session:01J".into();
     row.message_count = 0;
     row.incognito = true;
     row.last_update_id = None;
     row.pending_update_id = Some(1_000_000_000_123);
     c.put_chat(&row).await.expect("replace");
-    assert_eq!(c.chat("telegram", "42").await.expect("chat"), Some(row.clone()));
+    assert_eq!(
+        c.chat("telegram", "42").await.expect("chat"),
+        Some(row.clone())
+    );
     // Another channel's chat of the same id is another row.
     assert!(c.chat("other", "42").await.expect("chat").is_none());
     for bad in [
@@ -1357,7 +1370,10 @@ async fn channel_state(s: &Stores) {
             ..row.clone()
         },
     ] {
-        assert!(matches!(c.put_chat(&bad).await, Err(StoreError::Invalid(_))));
+        assert!(matches!(
+            c.put_chat(&bad).await,
+            Err(StoreError::Invalid(_))
+        ));
     }
     assert!(c.delete_chat("telegram", "42").await.expect("delete"));
     assert!(!c.delete_chat("telegram", "42").await.expect("delete again"));

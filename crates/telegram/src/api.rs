@@ -357,7 +357,10 @@ fn multipart(
         .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
         .collect();
     let mut body = Vec::with_capacity(bytes.len() + 512);
-    for (name, value) in [("chat_id", chat.to_string()), ("caption", caption.to_owned())] {
+    for (name, value) in [
+        ("chat_id", chat.to_string()),
+        ("caption", caption.to_owned()),
+    ] {
         body.extend_from_slice(
             format!(
                 "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"

@@ -423,18 +423,12 @@ pub fn split_message(markdown: &str, limit: usize) -> Vec<String> {
     let mut rendered: Vec<String> = Vec::new();
     for block in blocks(markdown) {
         match block {
-            Block::Text(t) => rendered.extend(pack(
-                vec![t],
-                &render_text,
-                limit,
-                &[sentences, words],
-            )),
-            Block::Quote(t) => rendered.extend(pack(
-                vec![t],
-                &render_quote,
-                limit,
-                &[sentences, words],
-            )),
+            Block::Text(t) => {
+                rendered.extend(pack(vec![t], &render_text, limit, &[sentences, words]))
+            }
+            Block::Quote(t) => {
+                rendered.extend(pack(vec![t], &render_quote, limit, &[sentences, words]))
+            }
             Block::Code { lang, text } => {
                 let lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
                 let render = move |s: &str| render_code(lang.as_deref(), s);
@@ -560,7 +554,9 @@ mod tests {
                     None => return Err(format!("raw & in {html:?}")),
                 }
             }
-            let end = tail.find('>').ok_or_else(|| format!("open tag in {html:?}"))?;
+            let end = tail
+                .find('>')
+                .ok_or_else(|| format!("open tag in {html:?}"))?;
             let tag = &tail[1..end];
             if let Some(name) = tag.strip_prefix('/') {
                 match stack.pop() {
@@ -602,10 +598,7 @@ mod tests {
                 "[988](tel:988) [site](https://x.example/?a=1&b=\"2\")",
                 "<a href=\"tel:988\">988</a> <a href=\"https://x.example/?a=1&amp;b=&quot;2&quot;\">site</a>",
             ),
-            (
-                "[bad](javascript:alert(1))",
-                "[bad](javascript:alert(1))",
-            ),
+            ("[bad](javascript:alert(1))", "[bad](javascript:alert(1))"),
             ("# Title", "<b>Title</b>"),
             ("- one\n- two", "• one\n• two"),
             ("1. one\n2. two", "1. one\n2. two"),
@@ -630,7 +623,14 @@ mod tests {
 
     #[test]
     fn the_checker_refuses_what_telegram_refuses() {
-        for bad in ["<b>x", "</b>", "<b><i>x</b></i>", "a & b", "<div>x</div>", "&nbsp;"] {
+        for bad in [
+            "<b>x",
+            "</b>",
+            "<b><i>x</b></i>",
+            "a & b",
+            "<div>x</div>",
+            "&nbsp;",
+        ] {
             assert!(valid_html(bad).is_err(), "{bad}");
         }
     }

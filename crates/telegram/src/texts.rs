@@ -77,8 +77,7 @@ summaries and preferences)? Our conversations stay; /forgetme deletes everything
 pub const NOTHING_DELETED: &str = "Okay, nothing was deleted.";
 
 /// A forget-me confirmation that is no longer valid.
-pub const FORGET_ME_EXPIRED: &str =
-    "That confirmation is no longer valid (it expires, or what's kept changed). Send /forgetme again.";
+pub const FORGET_ME_EXPIRED: &str = "That confirmation is no longer valid (it expires, or what's kept changed). Send /forgetme again.";
 
 /// The caption of `/export`'s document.
 pub const EXPORT_CAPTION: &str = "Everything OpenCouch keeps for you (JSON).";
@@ -91,5 +90,4 @@ pub const STORAGE_DOWN: &str = "I couldn't save our conversation just now, so I 
 Please send that again in a moment. If you are in danger, call your local emergency number now.";
 
 /// Any other failure.
-pub const SOMETHING_WRONG: &str =
-    "Something went wrong on my side. Please try again in a moment.";
+pub const SOMETHING_WRONG: &str = "Something went wrong on my side. Please try again in a moment.";

@@ -24,14 +24,12 @@ impl Update {
     /// id (it is acknowledged and otherwise ignored). `None` without an id.
     pub fn from_value(value: serde_json::Value) -> Option<Update> {
         let id = value.get("update_id")?.as_i64()?;
-        Some(
-            serde_json::from_value(value).unwrap_or(Update {
-                update_id: id,
-                message: None,
-                edited_message: None,
-                callback_query: None,
-            }),
-        )
+        Some(serde_json::from_value(value).unwrap_or(Update {
+            update_id: id,
+            message: None,
+            edited_message: None,
+            callback_query: None,
+        }))
     }
 
     /// The chat the update belongs to, if any (its per-chat queue).

@@ -46,8 +46,8 @@ use tokio::task::JoinHandle;
 
 pub use embed::{cosine, hash_embedding};
 pub use hub::{FakeHub, HubRequest};
-pub use telegram::{BotCall, FAKE_BOT_TOKEN, FakeTelegram};
 pub use script::{Endpoint, Match, Reply, Rule, ScriptedToolCall};
+pub use telegram::{BotCall, FAKE_BOT_TOKEN, FakeTelegram};
 
 /// Default embedding dimension of the fake embeddings endpoint.
 pub const DEFAULT_EMBEDDING_DIMENSION: usize = 64;

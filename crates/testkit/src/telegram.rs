@@ -324,7 +324,12 @@ impl Drop for FakeTelegram {
 }
 
 fn reply(status: StatusCode, body: Value) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn error_body(status: u16, retry_after: Option<u64>) -> Value {

@@ -97,8 +97,11 @@ fn crate_arrows_are_the_allowed_ones() {
                 "memory",
                 "runtime",
                 "server",
+                "telegram",
             ],
         ),
+        // A channel: the runtime's service, the core types and the settings.
+        ("telegram", &["core", "config", "runtime"]),
         ("testkit", &["core"]),
     ];
     let mut problems = Vec::new();

@@ -59,7 +59,11 @@ impl Service {
     ///
     /// # Errors
     /// `storage_unavailable`.
-    pub async fn set_channel_cursor(&self, channel: Channel, next: i64) -> Result<(), ServiceError> {
+    pub async fn set_channel_cursor(
+        &self,
+        channel: Channel,
+        next: i64,
+    ) -> Result<(), ServiceError> {
         self.persistent
             .stores()
             .channels

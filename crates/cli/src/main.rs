@@ -21,6 +21,7 @@ mod models;
 mod out;
 mod owner_cmd;
 mod serve;
+mod telegram;
 mod users;
 use opencouch_config::{Overrides, Secret, Settings};
 use opencouch_core::{MemoryMode, RuntimeMode};
@@ -67,6 +68,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Run the HTTP API and the web page
     Serve(serve::ServeArgs),
+    /// Run the Telegram bot (long polling; webhook mode is served by `serve`).
+    Telegram(telegram::TelegramArgs),
     /// Manage API users and their tokens
     #[command(subcommand)]
     Users(users::UsersCmd),
@@ -166,7 +169,7 @@ fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
 fn init_telemetry(cli: &Cli) -> opencouch_telemetry::Telemetry {
     let exports = matches!(
         cli.command,
-        Command::Serve(_) | Command::Chat(_) | Command::Bench(_)
+        Command::Serve(_) | Command::Chat(_) | Command::Telegram(_) | Command::Bench(_)
     );
     let export = if exports {
         load_settings(&cli.global, None, None)
@@ -196,6 +199,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 load_settings(&cli.global, None, args.listen.clone())?,
             )
             .await
+        }
+        Command::Telegram(args) => {
+            telegram::run(&args, load_settings(&cli.global, None, None)?).await
         }
         Command::Users(cmd) => users::run(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Memory(cmd) => memory_cmd::run(cmd, load_settings(&cli.global, None, None)?).await,

@@ -134,6 +134,7 @@ fn rows(c: &ForgetMeCounts) -> Vec<(&'static str, u64)> {
         ("style-preference records", c.preferences),
         ("feedback answers", c.feedback),
         ("sign-in accounts", c.accounts),
+        ("chat-app links", c.chat_links),
         ("crisis-log entries unlinked", c.crisis_log_unlinked),
     ]
     .into_iter()

@@ -21,10 +21,24 @@ pub async fn run(args: &ServeArgs, settings: opencouch_config::Settings) -> anyh
     crate::models::print_missing_model_hint(&settings);
     // Printed only once every socket is bound: a refused or failed start
     // never claims the server runs.
-    opencouch_server::serve_with(&settings, &listen, |l| {
+    if settings.telegram_webhook_url.is_some() && settings.telegram_bot_token.is_none() {
+        anyhow::bail!("{}", opencouch_telegram::StartError::NoToken);
+    }
+    let hook_settings = settings.clone();
+    let extra = move |service: &opencouch_runtime::service::Service| {
+        crate::telegram::webhook_routes(&hook_settings, service)
+    };
+    opencouch_server::serve_with_routes(&settings, &listen, extra, |l| {
         eprintln!("OpenCouch API on http://{}/ (Ctrl-C to stop)", l.addr);
         if let Some(m) = l.metrics {
             eprintln!("metrics on http://{m}/metrics");
+        }
+        if settings.telegram_webhook_url.is_some() {
+            eprintln!(
+                "Telegram webhook on http://{}{}",
+                l.addr,
+                opencouch_telegram::webhook::WEBHOOK_PATH
+            );
         }
         if l.local_mode {
             eprintln!("local mode: no sign-in; answers only on its loopback address");

@@ -26,10 +26,18 @@ fn config_output_masks_every_secret() {
     );
     let base = format!("https://u:{SENTINEL}@proxy.example/v1?api-key={SENTINEL}");
     let key = format!("sk-{SENTINEL}-abcd");
+    let bot_token = format!("123456:{SENTINEL}-bot");
+    let hook_secret = format!("{SENTINEL}_hook");
     let by_env = run(opencouch(home.path(), &data)
         .env("OPENCOUCH_DATABASE_URL", &db)
         .env("OPENAI_BASE_URL", &base)
         .env("OPENAI_API_KEY", &key)
+        .env("OPENCOUCH_TELEGRAM_BOT_TOKEN", &bot_token)
+        .env(
+            "OPENCOUCH_TELEGRAM_WEBHOOK_URL",
+            "https://bot.example/telegram/webhook",
+        )
+        .env("OPENCOUCH_TELEGRAM_WEBHOOK_SECRET", &hook_secret)
         .env("OPENCOUCH_LOG", "trace")
         .arg("config"));
     let by_flag = run(opencouch(home.path(), &data)

@@ -73,7 +73,16 @@ impl std::str::FromStr for Secret {
 
 /// The settings whose values are secrets: read from the environment as
 /// strings as they are, and never quoted in an error message.
-const SECRET_SETTINGS: [&str; 3] = ["api_key", "database_url", "trace_headers"];
+const SECRET_SETTINGS: [&str; 5] = [
+    "api_key",
+    "database_url",
+    "trace_headers",
+    "telegram_bot_token",
+    "telegram_webhook_secret",
+];
+
+/// The Telegram Bot API base URL.
+pub const DEFAULT_TELEGRAM_API_URL: &str = "https://api.telegram.org";
 
 /// Every setting, flat so each maps to one `OPENCOUCH_<NAME>` variable.
 /// `Debug` masks the secrets and the secret parts of `base_url`.
@@ -164,6 +173,22 @@ pub struct Settings {
     /// addresses and phone numbers) on ordinary persistent turns. Off by
     /// default; crisis and incognito turns are never captured.
     pub trace_capture_content: bool,
+    /// The Telegram bot's token from BotFather (a secret: never logged or
+    /// printed).
+    pub telegram_bot_token: Option<Secret>,
+    /// The Bot API base URL (a self-hosted Bot API server, or a fake in
+    /// tests).
+    pub telegram_api_url: String,
+    /// Telegram user ids allowed to talk to the bot (comma-separated in the
+    /// environment); empty = nobody.
+    #[serde(deserialize_with = "id_list")]
+    pub telegram_allowed_users: Vec<i64>,
+    /// The public HTTPS URL Telegram posts updates to (webhook mode, served
+    /// by `opencouch serve`); unset = long polling.
+    pub telegram_webhook_url: Option<String>,
+    /// The secret Telegram sends with every webhook request
+    /// (`X-Telegram-Bot-Api-Secret-Token`).
+    pub telegram_webhook_secret: Option<Secret>,
 }
 
 impl Default for Settings {
@@ -204,6 +229,11 @@ impl Default for Settings {
             trace_sample_ratio: 1.0,
             trace_queue_size: 2048,
             trace_capture_content: false,
+            telegram_bot_token: None,
+            telegram_api_url: DEFAULT_TELEGRAM_API_URL.to_owned(),
+            telegram_allowed_users: Vec::new(),
+            telegram_webhook_url: None,
+            telegram_webhook_secret: None,
         }
     }
 }
@@ -247,6 +277,11 @@ impl fmt::Debug for Settings {
             trace_sample_ratio,
             trace_queue_size,
             trace_capture_content,
+            telegram_bot_token,
+            telegram_api_url,
+            telegram_allowed_users,
+            telegram_webhook_url,
+            telegram_webhook_secret,
         } = self;
         f.debug_struct("Settings")
             .field("mode", mode)
@@ -290,6 +325,14 @@ impl fmt::Debug for Settings {
             .field("trace_sample_ratio", trace_sample_ratio)
             .field("trace_queue_size", trace_queue_size)
             .field("trace_capture_content", trace_capture_content)
+            .field("telegram_bot_token", telegram_bot_token)
+            .field("telegram_api_url", &mask_url(telegram_api_url))
+            .field("telegram_allowed_users", telegram_allowed_users)
+            .field(
+                "telegram_webhook_url",
+                &telegram_webhook_url.as_deref().map(mask_url),
+            )
+            .field("telegram_webhook_secret", telegram_webhook_secret)
             .finish()
     }
 }
@@ -477,6 +520,43 @@ impl Settings {
                 "trace_headers",
                 "must look like key=value,key=value (the value is not shown)",
             );
+        }
+        if !(self.telegram_api_url.starts_with("http://")
+            || self.telegram_api_url.starts_with("https://"))
+        {
+            return bad("telegram_api_url", "must start with http:// or https://");
+        }
+        if let Some(token) = &self.telegram_bot_token
+            && !valid_bot_token(token.expose())
+        {
+            return bad(
+                "telegram_bot_token",
+                "must look like the token BotFather gives (digits, a colon, then letters, digits, - or _; the value is not shown)",
+            );
+        }
+        if let Some(url) = &self.telegram_webhook_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return bad("telegram_webhook_url", "must start with https://");
+            }
+            if self.telegram_webhook_secret.is_none() {
+                return bad(
+                    "telegram_webhook_secret",
+                    "must be set when telegram_webhook_url is (Telegram sends it with every update)",
+                );
+            }
+        }
+        if let Some(secret) = &self.telegram_webhook_secret {
+            let v = secret.expose();
+            if !(1..=256).contains(&v.len())
+                || !v
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return bad(
+                    "telegram_webhook_secret",
+                    "must be 1-256 characters of A-Z, a-z, 0-9, _ and - (the value is not shown)",
+                );
+            }
         }
         if self.max_connections == 0 {
             return bad("max_connections", "must be greater than 0");
@@ -704,6 +784,42 @@ impl Settings {
                 "trace_capture_content",
                 self.trace_capture_content.to_string(),
             ),
+            (
+                "telegram_bot_token",
+                if self.telegram_bot_token.is_some() {
+                    "**** (set)".into()
+                } else {
+                    "(not set)".into()
+                },
+            ),
+            ("telegram_api_url", mask_url(&self.telegram_api_url)),
+            (
+                "telegram_allowed_users",
+                if self.telegram_allowed_users.is_empty() {
+                    "(nobody)".into()
+                } else {
+                    self.telegram_allowed_users
+                        .iter()
+                        .map(i64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
+            (
+                "telegram_webhook_url",
+                self.telegram_webhook_url
+                    .as_deref()
+                    .map(mask_url)
+                    .unwrap_or_else(|| "(not set: long polling)".into()),
+            ),
+            (
+                "telegram_webhook_secret",
+                if self.telegram_webhook_secret.is_some() {
+                    "**** (set)".into()
+                } else {
+                    "(not set)".into()
+                },
+            ),
         ]
     }
 }
@@ -897,6 +1013,56 @@ fn origin_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect())
+}
+
+/// Whether `token` has the form of a Bot API token (`123456:ABC-def_…`).
+/// Checked so a mistyped value fails at start-up, not on the first request.
+pub fn valid_bot_token(token: &str) -> bool {
+    match token.split_once(':') {
+        Some((id, rest)) => {
+            !id.is_empty()
+                && id.bytes().all(|b| b.is_ascii_digit())
+                && !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        }
+        None => false,
+    }
+}
+
+/// `telegram_allowed_users` from a list (TOML) or one comma-separated
+/// string or a single number (the environment). A value that is not a
+/// user id is an error that names no value.
+fn id_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Item {
+        Num(i64),
+        Text(String),
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        One(Item),
+        Many(Vec<Item>),
+    }
+    let items = match Raw::deserialize(d)? {
+        Raw::One(Item::Num(n)) => return Ok(vec![n]),
+        Raw::One(Item::Text(s)) => s.split(',').map(|p| Item::Text(p.to_owned())).collect(),
+        Raw::Many(v) => v,
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            Item::Num(n) => out.push(n),
+            Item::Text(t) if t.trim().is_empty() => {}
+            Item::Text(t) => out.push(t.trim().parse::<i64>().map_err(|_| {
+                serde::de::Error::custom("each entry must be a numeric Telegram user id")
+            })?),
+        }
+    }
+    Ok(out)
 }
 
 /// Parses an environment value as a TOML scalar when it looks like a
@@ -1237,6 +1403,45 @@ mod tests {
         assert!(rows.iter().all(|(_, v)| !v.contains("pw@")));
     }
 
+    #[test]
+    fn telegram_settings_parse_and_validate() {
+        let s = load(&[("OPENCOUCH_TELEGRAM_ALLOWED_USERS", "42")]).unwrap();
+        assert_eq!(s.telegram_allowed_users, vec![42]);
+        let s = load(&[("OPENCOUCH_TELEGRAM_ALLOWED_USERS", " 42, 7 ,")]).unwrap();
+        assert_eq!(s.telegram_allowed_users, vec![42, 7]);
+        let s = load(&[]).unwrap();
+        assert!(s.telegram_allowed_users.is_empty());
+        assert_eq!(s.telegram_api_url, DEFAULT_TELEGRAM_API_URL);
+        for (vars, key) in [
+            (
+                &[("OPENCOUCH_TELEGRAM_ALLOWED_USERS", "42,alice")][..],
+                "telegram_allowed_users",
+            ),
+            (
+                &[("OPENCOUCH_TELEGRAM_BOT_TOKEN", "not a token")][..],
+                "telegram_bot_token",
+            ),
+            (
+                &[("OPENCOUCH_TELEGRAM_API_URL", "ftp://x")][..],
+                "telegram_api_url",
+            ),
+            (
+                &[("OPENCOUCH_TELEGRAM_WEBHOOK_URL", "https://x.example/hook")][..],
+                "telegram_webhook_secret",
+            ),
+            (
+                &[("OPENCOUCH_TELEGRAM_WEBHOOK_SECRET", "has space")][..],
+                "telegram_webhook_secret",
+            ),
+        ] {
+            let e = load(vars).unwrap_err().to_string();
+            assert!(e.contains(key), "{vars:?}: {e}");
+            assert!(!e.contains("alice") && !e.contains("not a token"), "{e}");
+        }
+        assert!(valid_bot_token("123456:AAH-x_9"));
+        assert!(!valid_bot_token(":abc") && !valid_bot_token("12:") && !valid_bot_token("abc"));
+    }
+
     /// Every output path of the settings, with a sentinel in every secret
     /// (and in the secret-looking parts of `base_url`): the rows of
     /// `opencouch config`, `Debug` of everything, and the error messages of
@@ -1259,12 +1464,38 @@ mod tests {
         );
         let base = format!("https://u:{SENTINEL}@proxy.example/v1?api-key={SENTINEL}");
         let key = format!("sk-{SENTINEL}-abcd");
+        let bot_token = format!("123456:{SENTINEL}abcdEFGH");
+        let hook_secret = format!("{SENTINEL}_hook");
         let vars = env(&[
             ("OPENCOUCH_DATABASE_URL", db.as_str()),
             ("OPENAI_BASE_URL", base.as_str()),
             ("OPENAI_API_KEY", key.as_str()),
+            ("OPENCOUCH_TELEGRAM_BOT_TOKEN", bot_token.as_str()),
+            (
+                "OPENCOUCH_TELEGRAM_WEBHOOK_URL",
+                "https://bot.example/telegram",
+            ),
+            ("OPENCOUCH_TELEGRAM_WEBHOOK_SECRET", hook_secret.as_str()),
         ]);
         let loaded = Settings::load_from(None, &Overrides::default(), &vars).unwrap();
+        assert_eq!(
+            loaded
+                .settings
+                .telegram_bot_token
+                .as_ref()
+                .unwrap()
+                .expose(),
+            bot_token
+        );
+        assert_eq!(
+            loaded
+                .settings
+                .telegram_webhook_secret
+                .as_ref()
+                .unwrap()
+                .expose(),
+            hook_secret
+        );
         assert_eq!(loaded.settings.database_url.as_ref().unwrap().expose(), db);
         assert_eq!(loaded.settings.api_key.as_ref().unwrap().expose(), key);
         for (name, value) in loaded.settings.display_rows() {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use opencouch_core::{AgentInput, MemoryMode, RuntimeMode};
 use opencouch_runtime::service::{
-    Caller, EXPORT_SCHEMA, EndedVia, ExportFormat, ExportRequest, Feedback, ForgetMeConfirm,
-    ForgetMeRequest, Service,
+    Caller, ChatThread, EXPORT_SCHEMA, EndedVia, ExportFormat, ExportRequest, Feedback,
+    ForgetMeConfirm, ForgetMeRequest, Service,
 };
 use opencouch_runtime::{Runtime, RuntimeOptions};
 use opencouch_store::{EphemeralStores, MemoryKind, PgStores, SqliteStores, Stores};
@@ -177,15 +177,55 @@ async fn export_then_forget(svc: &Service, walk: Walk<'_>) {
         "{unknown:?}"
     );
 
+    // A chat channel's registry row names its owner: it goes with them.
+    for (owner, word, chat) in [(&a, &a_word, "1001"), (&b, &b_word, "1002")] {
+        svc.put_chat_thread(
+            opencouch_core::Channel::Telegram,
+            &ChatThread {
+                chat_id: chat.to_owned(),
+                owner: owner.clone(),
+                thread_id: format!("telegram:dm:{word}"),
+                message_count: 2,
+                incognito: false,
+                last_update_id: Some(5),
+                pending_update_id: None,
+            },
+        )
+        .await
+        .expect("chat registry row");
+    }
+    svc.set_channel_cursor(opencouch_core::Channel::Telegram, 6)
+        .await
+        .expect("cursor");
     let before_a = walk(a.clone()).await.expect("walk");
     assert!(before_a.values().sum::<u64>() > 0);
+    assert_eq!(before_a.get("channel_chats"), Some(&1));
     let b_before = walk(b.clone()).await.expect("walk");
     let b_words_before = walk(b_word.clone()).await.expect("walk");
     let done = forget(svc, &a).await;
     assert_eq!(done.counts.threads, 3);
     assert_eq!(done.counts.messages, 16);
     assert_eq!(done.counts.crisis_log_unlinked, 1);
+    assert_eq!(done.counts.chat_links, 1);
     assert!(done.counts.facts >= 1 && done.counts.session_summaries == 1);
+    assert!(
+        svc.chat_thread(opencouch_core::Channel::Telegram, "1001")
+            .await
+            .expect("registry")
+            .is_none()
+    );
+    assert!(
+        svc.chat_thread(opencouch_core::Channel::Telegram, "1002")
+            .await
+            .expect("registry")
+            .is_some()
+    );
+    assert_eq!(
+        svc.channel_cursor(opencouch_core::Channel::Telegram)
+            .await
+            .expect("cursor"),
+        Some(6)
+    );
 
     for needle in [&a, &a_word] {
         let left: Vec<(String, u64)> = walk(needle.clone())

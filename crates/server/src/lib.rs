@@ -285,6 +285,23 @@ pub async fn serve_with(
     listen: &str,
     on_listening: impl FnOnce(&Listening),
 ) -> Result<(), ServeError> {
+    serve_with_routes(settings, listen, |_| None, on_listening).await
+}
+
+/// [`serve_with`], plus the routes `extra` builds from the service (a
+/// channel's webhook, such as Telegram's), served on the same address
+/// beside the API. They are outside the API's guards (Host, Origin,
+/// Content-Type, tokens, rate limits): each such route checks its caller
+/// itself.
+///
+/// # Errors
+/// Bad address, auth refusal, runtime or socket failures.
+pub async fn serve_with_routes(
+    settings: &Settings,
+    listen: &str,
+    extra: impl FnOnce(&opencouch_runtime::service::Service) -> Option<axum::Router>,
+    on_listening: impl FnOnce(&Listening),
+) -> Result<(), ServeError> {
     let addr = parse_listen(listen)?;
     let metrics_addr = settings
         .metrics_listen
@@ -302,6 +319,7 @@ pub async fn serve_with(
     let auth = auth_mode_for(addr, users).await?;
     let local = matches!(auth, AuthMode::Local);
     let state = AppState::new(host.service(), auth, Limits::from_settings(settings));
+    let extra = extra(&host.service());
     let listener = bind(addr).await?;
     let metrics_listener = match metrics_addr {
         Some(a) => Some(bind(a).await?),
@@ -317,7 +335,8 @@ pub async fn serve_with(
     };
     tracing::info!(addr = %listening.addr, local_mode = local, "opencouch API listening");
     on_listening(&listening);
-    let result = serve_listeners(listener, metrics_listener, state, shutdown_signal()).await;
+    let result =
+        serve_listeners_with(listener, metrics_listener, state, extra, shutdown_signal()).await;
     let report = host.shutdown().await;
     tracing::info!(
         unfinished_turns = report.unfinished_turns,
@@ -363,6 +382,21 @@ pub async fn serve_listeners(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_listeners_with(listener, metrics_listener, state, None, shutdown).await
+}
+
+/// [`serve_listeners`] with `extra` routes beside the API (see
+/// [`serve_with_routes`]).
+///
+/// # Errors
+/// Socket failures.
+pub async fn serve_listeners_with(
+    listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    state: AppState,
+    extra: Option<axum::Router>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     state.set_listen_addr(listener.local_addr()?);
     let pruner = spawn_limit_pruner(state.clone(), LIMITER_PRUNE_INTERVAL);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -388,9 +422,13 @@ pub async fn serve_listeners(
             drain,
         ))
     });
+    let app = match extra {
+        Some(routes) => routes.merge(router(state.clone())),
+        None => router(state.clone()),
+    };
     conn::accept_loop(
         listener,
-        router(state.clone()),
+        app,
         ConnTracker::new(limits.connections),
         state.clone(),
         stop_rx,

@@ -112,8 +112,8 @@ impl FaultSwitch {
 }
 
 /// Wraps `inner`: threads, sessions, memory, the crisis log and users go
-/// through the returned switch; feedback, voice, the owner store and the
-/// locks are `inner`'s.
+/// through the returned switch; feedback, voice, the owner store, the
+/// channel store and the locks are `inner`'s.
 pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
     let switch = FaultSwitch::default();
     let wrapped = Arc::new(Faulty {
@@ -129,6 +129,7 @@ pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
         voice: inner.voice.clone(),
         users: wrapped,
         owners: inner.owners.clone(),
+        channels: inner.channels.clone(),
         locks: inner.locks.clone(),
         backend: inner.backend(),
     };

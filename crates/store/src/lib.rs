@@ -21,6 +21,7 @@
 //! (one transaction: transcript rows + snapshot + session row), then drop or
 //! release the guard.
 
+pub mod channels;
 pub mod codec;
 pub mod error;
 #[cfg(feature = "test-util")]
@@ -45,7 +46,7 @@ pub use lock::{SWEEPER_LOCK, ThreadGuard, ThreadLocks};
 pub use memory::MemoryBackend;
 pub use postgres::PgStores;
 pub use records::{
-    ApiUser, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
+    ApiUser, ChatRecord, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts,
     ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
     TraceRuntimeMode, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
@@ -54,8 +55,8 @@ pub use records::{
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore, UserStore,
-    VoiceFinalizationStore,
+    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore,
+    UserStore, VoiceFinalizationStore,
 };
 
 /// Which backend a [`Stores`] bundle uses.
@@ -88,6 +89,8 @@ pub struct Stores {
     pub users: Arc<dyn UserStore>,
     /// Everything of one owner across tables (export, forget-me).
     pub owners: Arc<dyn OwnerStore>,
+    /// Chat channels' update cursors and chat registry.
+    pub channels: Arc<dyn ChannelStore>,
     /// Per-thread and global locks.
     pub locks: ThreadLocks,
     backend: Backend,
@@ -114,6 +117,7 @@ impl Stores {
             + VoiceFinalizationStore
             + UserStore
             + OwnerStore
+            + ChannelStore
             + 'static,
     {
         Stores {
@@ -124,7 +128,8 @@ impl Stores {
             feedback: backend.clone(),
             voice: backend.clone(),
             users: backend.clone(),
-            owners: backend,
+            owners: backend.clone(),
+            channels: backend,
             locks,
             backend: kind,
         }

@@ -25,6 +25,13 @@ struct ThreadData {
     transcript: Vec<opencouch_core::Message>,
 }
 
+/// The in-memory backend's channel tables.
+#[derive(Default)]
+pub(crate) struct ChannelMaps {
+    pub(crate) cursors: HashMap<String, i64>,
+    pub(crate) chats: BTreeMap<(String, String), crate::records::ChatRecord>,
+}
+
 #[derive(Default)]
 struct Inner {
     threads: HashMap<String, ThreadData>,
@@ -38,6 +45,7 @@ struct Inner {
     crisis: Vec<CrisisRecord>,
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
+    channels: ChannelMaps,
 }
 
 impl Inner {
@@ -97,6 +105,12 @@ impl Inner {
                 .filter(|f| f.user_id_or_null.as_deref() == Some(owner))
                 .count() as u64,
             api_users: users,
+            channel_chats: self
+                .channels
+                .chats
+                .values()
+                .filter(|c| c.owner_id == owner)
+                .count() as u64,
             crisis_log_unlinked: self
                 .crisis
                 .iter()
@@ -131,6 +145,11 @@ impl MemoryBackend {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` on the channel tables (see `channels.rs`).
+    pub(crate) fn with_channels<R>(&self, f: impl FnOnce(&mut ChannelMaps) -> R) -> R {
+        f(&mut self.lock().channels)
     }
 
     /// The API users (see `users.rs`).
@@ -469,6 +488,7 @@ impl OwnerStore for MemoryBackend {
         inner.sessions.retain(|id, _| !keyed(id));
         inner.voice.retain(|id, _| !keyed(id));
         inner.memory.retain(|(o, _), _| o != owner);
+        inner.channels.chats.retain(|_, c| c.owner_id != owner);
         inner.memory_revisions.retain(|(o, _), _| o != owner);
         inner
             .feedback

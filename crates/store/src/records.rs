@@ -510,6 +510,9 @@ pub struct OwnerCounts {
     pub feedback: u64,
     /// API users of that name, revoked ones included (`api_users`).
     pub api_users: u64,
+    /// Chat-channel registry rows of the owner's chats (`channel_chats`:
+    /// which thread a Telegram chat talks in).
+    pub channel_chats: u64,
     /// Crisis-log rows that name the owner (`crisis_log`): kept, with the
     /// user id cleared.
     pub crisis_log_unlinked: u64,
@@ -528,6 +531,7 @@ impl OwnerCounts {
             + self.preferences
             + self.feedback
             + self.api_users
+            + self.channel_chats
     }
 }
 
@@ -543,6 +547,7 @@ impl std::ops::AddAssign for OwnerCounts {
         self.memory_revisions += o.memory_revisions;
         self.feedback += o.feedback;
         self.api_users += o.api_users;
+        self.channel_chats += o.channel_chats;
         self.crisis_log_unlinked += o.crisis_log_unlinked;
     }
 }
@@ -676,4 +681,27 @@ mod tests {
         assert_eq!(embedding_from_le_bytes(&embedding_to_le_bytes(&v)), Some(v));
         assert_eq!(embedding_from_le_bytes(&[1, 2, 3]), None);
     }
+}
+
+/// One chat of a channel, as the registry keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRecord {
+    /// The channel (`telegram`).
+    pub channel: String,
+    /// The platform's chat id, as text.
+    pub chat_id: String,
+    /// The owner the chat's threads and memory belong to.
+    pub owner_id: String,
+    /// The active thread, as the channel names it (not scoped).
+    pub thread_id: String,
+    /// Messages stored in the active thread (both sides).
+    pub message_count: u64,
+    /// Whether the active thread runs incognito.
+    pub incognito: bool,
+    /// The last platform update answered in this chat.
+    pub last_update_id: Option<i64>,
+    /// The update whose turn was started and not yet answered.
+    pub pending_update_id: Option<i64>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
 }

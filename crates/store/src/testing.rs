@@ -170,6 +170,11 @@ pub const SCHEMA_TABLES: &[(&str, TableRole)] = &[
     ("session_feedback", TableRole::Owner),
     ("api_users", TableRole::Owner),
     ("crisis_log", TableRole::Owner),
+    ("channel_chats", TableRole::Owner),
+    (
+        "channel_cursors",
+        TableRole::Exempt("one update offset per channel (a number), no owner"),
+    ),
     (
         "memory_revision_clock",
         TableRole::Exempt("one counter for the whole table, no owner"),

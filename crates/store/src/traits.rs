@@ -6,7 +6,7 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 
 use crate::error::StoreResult;
 use crate::records::{
-    ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
+    ApiUser, ChatRecord, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
     MemoryRecord, OwnerCounts, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
     TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
 };
@@ -273,4 +273,30 @@ pub trait OwnerStore: Send + Sync {
     /// kept (anonymous audit counts) with the user id cleared. Returns what
     /// was deleted and unlinked. Other owners' rows are untouched.
     async fn delete_owner(&self, owner: &str) -> StoreResult<OwnerCounts>;
+}
+
+/// Chat channels' durable state (see `channels.rs`): the platform update
+/// cursor per channel and the chat → active thread registry.
+#[async_trait]
+pub trait ChannelStore: Send + Sync {
+    /// The next platform update to ask for, once one was stored.
+    async fn channel_cursor(&self, channel: &str) -> StoreResult<Option<i64>>;
+
+    /// Stores the next platform update to ask for.
+    async fn set_channel_cursor(
+        &self,
+        channel: &str,
+        next: i64,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()>;
+
+    /// One chat's registry row.
+    async fn chat(&self, channel: &str, chat_id: &str) -> StoreResult<Option<ChatRecord>>;
+
+    /// Inserts or replaces a chat's registry row. `StoreError::Invalid`
+    /// for an empty channel, chat, owner or thread id.
+    async fn put_chat(&self, record: &ChatRecord) -> StoreResult<()>;
+
+    /// Deletes a chat's registry row; returns whether it existed.
+    async fn delete_chat(&self, channel: &str, chat_id: &str) -> StoreResult<bool>;
 }

@@ -15,10 +15,10 @@ use opencouch_core::{
 };
 use opencouch_store::session::REASON_INTERRUPTED;
 use opencouch_store::{
-    ActiveSession, ApiUser, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT, Embedding,
-    FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts, PgStores,
-    ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores, StoreError, Stores,
-    ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
+    ActiveSession, ApiUser, ChatRecord, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT,
+    Embedding, FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord,
+    OwnerCounts, PgStores, ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores,
+    StoreError, Stores, ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
     VoiceFinalizationState, opaque_session_id,
 };
 use serde_json::json;
@@ -1285,6 +1285,10 @@ async fn seed_owner(s: &Stores, owner: &str, marker: &str, hash_digit: char) -> 
         .add_user(&api_user(owner, digit, at))
         .await
         .expect("active user");
+    s.channels
+        .put_chat(&chat_record(owner, &format!("chat-{owner}"), marker))
+        .await
+        .expect("chat registry row");
     OwnerCounts {
         threads: 3,
         messages: 8,
@@ -1296,8 +1300,84 @@ async fn seed_owner(s: &Stores, owner: &str, marker: &str, hash_digit: char) -> 
         memory_revisions: 3,
         feedback: 1,
         api_users: 2,
+        channel_chats: 1,
         crisis_log_unlinked: 2,
     }
+}
+
+fn chat_record(owner: &str, chat: &str, marker: &str) -> ChatRecord {
+    ChatRecord {
+        channel: "telegram".into(),
+        chat_id: chat.into(),
+        owner_id: owner.into(),
+        thread_id: format!("telegram:dm:{marker}"),
+        message_count: 4,
+        incognito: false,
+        last_update_id: Some(41),
+        pending_update_id: None,
+        updated_at: t0(),
+    }
+}
+
+/// The channel cursor and chat registry: one cursor per channel, one row
+/// per (channel, chat), replaced whole; empty ids refused.
+async fn channel_state(s: &Stores) {
+    let c = &s.channels;
+    assert_eq!(c.channel_cursor("telegram").await.expect("cursor"), None);
+    c.set_channel_cursor("telegram", 1001, t0())
+        .await
+        .expect("set");
+    c.set_channel_cursor("telegram", 1005, t0())
+        .await
+        .expect("set");
+    c.set_channel_cursor("other", 7, t0()).await.expect("set");
+    assert_eq!(
+        c.channel_cursor("telegram").await.expect("cursor"),
+        Some(1005)
+    );
+    assert_eq!(c.channel_cursor("other").await.expect("cursor"), Some(7));
+
+    assert!(c.chat("telegram", "42").await.expect("chat").is_none());
+    let mut row = chat_record("telegram-42", "42", "m");
+    c.put_chat(&row).await.expect("put");
+    assert_eq!(
+        c.chat("telegram", "42").await.expect("chat"),
+        Some(row.clone())
+    );
+    row.thread_id = "telegram:dm:42:session:01J".into();
+    row.message_count = 0;
+    row.incognito = true;
+    row.last_update_id = None;
+    row.pending_update_id = Some(1_000_000_000_123);
+    c.put_chat(&row).await.expect("replace");
+    assert_eq!(
+        c.chat("telegram", "42").await.expect("chat"),
+        Some(row.clone())
+    );
+    // Another channel's chat of the same id is another row.
+    assert!(c.chat("other", "42").await.expect("chat").is_none());
+    for bad in [
+        ChatRecord {
+            owner_id: String::new(),
+            ..row.clone()
+        },
+        ChatRecord {
+            chat_id: String::new(),
+            ..row.clone()
+        },
+        ChatRecord {
+            thread_id: String::new(),
+            ..row.clone()
+        },
+    ] {
+        assert!(matches!(
+            c.put_chat(&bad).await,
+            Err(StoreError::Invalid(_))
+        ));
+    }
+    assert!(c.delete_chat("telegram", "42").await.expect("delete"));
+    assert!(!c.delete_chat("telegram", "42").await.expect("delete again"));
+    assert!(c.chat("telegram", "42").await.expect("chat").is_none());
 }
 
 /// Export reads and forget-me deletes exactly one owner's rows: counts
@@ -1509,6 +1589,7 @@ contract!(
     commit_continues_at_the_transcript_end,
     dropped_guards_serialize,
     owner_data,
+    channel_state,
 );
 
 /// A representative first read/append after start-up.

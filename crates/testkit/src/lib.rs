@@ -1,5 +1,6 @@
 //! Test kit for OpenCouch: a protocol-faithful fake OpenAI-compatible server,
-//! and a fake Hugging Face hub for model downloads ([`FakeHub`], see [`hub`]).
+//! a fake Hugging Face hub for model downloads ([`FakeHub`], see [`hub`]),
+//! and a fake Telegram Bot API ([`FakeTelegram`], see [`telegram`]).
 //!
 //! [`FakeOpenAi`] serves real HTTP on `127.0.0.1` (random port) so clients are
 //! exercised end to end: chat completions (JSON and SSE streaming, including
@@ -33,6 +34,7 @@ pub mod hub;
 pub mod otlp;
 mod script;
 mod server;
+pub mod telegram;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -47,6 +49,7 @@ pub use embed::{cosine, hash_embedding};
 pub use hub::{FakeHub, HubRequest};
 pub use otlp::FakeCollector;
 pub use script::{Endpoint, Match, Reply, Rule, ScriptedToolCall};
+pub use telegram::{BotCall, FAKE_BOT_TOKEN, FakeTelegram};
 
 /// Default embedding dimension of the fake embeddings endpoint.
 pub const DEFAULT_EMBEDDING_DIMENSION: usize = 64;

@@ -101,8 +101,11 @@ fn crate_arrows_are_the_allowed_ones() {
                 "runtime",
                 "server",
                 "telemetry",
+                "telegram",
             ],
         ),
+        // A channel: the runtime's service, the core types and the settings.
+        ("telegram", &["core", "config", "runtime"]),
         ("testkit", &["core"]),
     ];
     let mut problems = Vec::new();
@@ -193,7 +196,7 @@ mod seam {
     const CHANNEL_CRATES: &[&str] = &["server", "telegram", "voice", "tui"];
 
     /// Channel modules of the cli (files under `crates/cli/src`, or folders).
-    const CLI_CHANNEL_MODULES: &[&str] = &["chat", "serve", "bench", "tui"];
+    const CLI_CHANNEL_MODULES: &[&str] = &["chat", "serve", "bench", "tui", "telegram"];
 
     /// Every `.rs` file under `dir`, sorted.
     fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -788,6 +791,19 @@ mod seam {
                 "nix",
                 "tempfile",
                 "mimalloc",
+            ],
+        ),
+        (
+            "telegram",
+            &[
+                "axum",
+                "futures",
+                "reqwest",
+                "serde",
+                "serde_json",
+                "thiserror",
+                "tokio",
+                "tracing",
             ],
         ),
         (

@@ -66,6 +66,9 @@ pub struct ForgetMeCounts {
     pub feedback: u64,
     /// Sign-in accounts (API users of that name, revoked ones included).
     pub accounts: u64,
+    /// Chat-app links (a Telegram chat and the conversation it talks in).
+    #[serde(default)]
+    pub chat_links: u64,
     /// Crisis-support log entries: kept as anonymous counts, the link to
     /// the owner removed.
     pub crisis_log_unlinked: u64,
@@ -83,6 +86,7 @@ impl ForgetMeCounts {
             + self.preferences
             + self.feedback
             + self.accounts
+            + self.chat_links
     }
 
     /// Whether there is nothing to delete or unlink.
@@ -128,6 +132,7 @@ impl ForgetMeCounts {
             ),
             n(self.feedback, "feedback answer", "feedback answers"),
             n(self.accounts, "sign-in account", "sign-in accounts"),
+            n(self.chat_links, "chat-app link", "chat-app links"),
         ]
         .into_iter()
         .flatten()
@@ -147,6 +152,7 @@ impl From<OwnerCounts> for ForgetMeCounts {
             preferences: c.preferences,
             feedback: c.feedback,
             accounts: c.api_users,
+            chat_links: c.channel_chats,
             crisis_log_unlinked: c.crisis_log_unlinked,
         }
     }

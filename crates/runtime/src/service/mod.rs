@@ -14,6 +14,7 @@
 //! export and forget-me. No store, memory or runtime type crosses it.
 
 pub(crate) mod api;
+mod channel;
 pub(crate) mod error;
 mod host;
 pub mod kit;
@@ -22,6 +23,7 @@ mod types;
 pub use opencouch_memory::control::GUEST_MODE_REPLY;
 
 pub use self::api::{PreparedForget, PreparedTurn, Service};
+pub use self::channel::{ChatThread, new_ulid};
 pub use self::error::{ErrorCode, ServiceError};
 pub use self::host::{
     Host, HostOptions, INCOGNITO_MAX_THREADS, ShutdownReport, StartOptions, Swept,

@@ -85,7 +85,7 @@ fn count_sql() -> String {
     format!(
         "SELECT {} AS threads, {} AS messages, {} AS open_sessions, {} AS voice_statuses, \
          {} AS facts, {} AS session_summaries, {} AS preferences, {} AS memory_revisions, \
-         {} AS feedback, {} AS api_users, {} AS crisis_log_unlinked",
+         {} AS feedback, {} AS api_users, {} AS channel_chats, {} AS crisis_log_unlinked",
         count("thread_state", &owned_snapshot()),
         count("transcript", &owned_keyed("transcript")),
         count("active_sessions", &owned_keyed("active_sessions")),
@@ -99,6 +99,7 @@ fn count_sql() -> String {
         count("memory_revisions", "owner_id = $1"),
         count("session_feedback", "user_id_or_null = $1"),
         count("api_users", "name = $1"),
+        count("channel_chats", "owner_id = $1"),
         count("crisis_log", "user_id_or_null = $1"),
     )
 }
@@ -116,6 +117,7 @@ fn counts_from_row(row: &impl SqlRow) -> StoreResult<OwnerCounts> {
         memory_revisions: n("memory_revisions")?,
         feedback: n("feedback")?,
         api_users: n("api_users")?,
+        channel_chats: n("channel_chats")?,
         crisis_log_unlinked: n("crisis_log_unlinked")?,
     })
 }
@@ -204,6 +206,10 @@ impl<B: SqlBackend> OwnerStore for B {
                 "DELETE FROM session_feedback WHERE user_id_or_null = $1",
             ),
             (&mut c.api_users, "DELETE FROM api_users WHERE name = $1"),
+            (
+                &mut c.channel_chats,
+                "DELETE FROM channel_chats WHERE owner_id = $1",
+            ),
         ] {
             *slot = B::execute_in(&mut tx, Stmt::new(sql).bind(owner)).await?;
         }

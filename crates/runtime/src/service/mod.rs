@@ -18,6 +18,7 @@ pub(crate) mod error;
 mod host;
 pub mod kit;
 mod types;
+pub mod voice;
 
 pub use opencouch_memory::control::GUEST_MODE_REPLY;
 
@@ -37,6 +38,10 @@ pub use crate::owner_data::{
     ExportOpenSession, ExportOtherRecord, ExportPreferences, ExportRequest, ExportRule,
     ExportSession, ExportThread, FORGET_ME_TOKEN_TTL, ForgetMeConfirm, ForgetMeCounts,
     ForgetMeDone, ForgetMePlan, ForgetMeRequest,
+};
+pub use self::voice::{
+    VoiceAuditFinding, VoiceCall, VoiceCallStatus, VoiceCrisis, VoicePolicy, VoiceRecorded,
+    VoiceToolCall, VoiceTurn, WAIT_FOR_USER,
 };
 pub use crate::reply::TurnStream;
 pub use crate::semantic::SemanticStatus;

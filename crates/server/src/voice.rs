@@ -17,6 +17,7 @@ use opencouch_core::MemoryMode;
 use opencouch_runtime::service::{Feedback, VoiceCrisis, VoiceToolCall, VoiceTurn};
 use opencouch_voice::{SessionRequest, VoiceError};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -155,8 +156,8 @@ pub struct ToolBody {
     #[serde(default)]
     pub current_user_message: String,
     /// Accepted for compatibility; the service reads the stored transcript.
-    #[serde(default)]
-    pub transcript: Vec<Value>,
+    #[serde(default, rename = "transcript")]
+    _transcript: Option<IgnoredAny>,
     #[serde(default)]
     pub memory_mode: Option<MemoryMode>,
     pub tool_name: String,
@@ -212,8 +213,8 @@ pub struct PolicyBody {
     pub memory_mode: Option<MemoryMode>,
     pub user_text: String,
     /// Accepted for compatibility; the gate reads the stored transcript.
-    #[serde(default)]
-    pub transcript: Vec<Value>,
+    #[serde(default, rename = "transcript")]
+    _transcript: Option<IgnoredAny>,
 }
 
 pub(crate) async fn turn_policy(
@@ -255,11 +256,11 @@ pub struct RecordedCall {
     /// `started`, `completed` or `failed`.
     pub status: String,
     /// Accepted, not stored.
-    #[serde(default)]
-    pub output: Value,
+    #[serde(default, rename = "output")]
+    _output: Option<IgnoredAny>,
     /// Accepted, not stored.
-    #[serde(default)]
-    pub error: Option<String>,
+    #[serde(default, rename = "error")]
+    _error: Option<IgnoredAny>,
 }
 
 /// `POST /api/voice/realtime/turn` body.
@@ -275,11 +276,11 @@ pub struct TurnBody {
     #[serde(default)]
     pub tool_calls: Vec<RecordedCall>,
     /// Accepted for compatibility; route and style are inferred.
-    #[serde(default)]
-    pub route: Option<String>,
+    #[serde(default, rename = "route")]
+    _route: Option<IgnoredAny>,
     /// Accepted for compatibility; route and style are inferred.
-    #[serde(default)]
-    pub response_style: Option<String>,
+    #[serde(default, rename = "response_style")]
+    _response_style: Option<IgnoredAny>,
 }
 
 pub(crate) async fn turn(

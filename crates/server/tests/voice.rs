@@ -569,7 +569,7 @@ async fn a_crisis_transcript_is_recorded_with_the_apps_crisis_reply() {
     assert_eq!(entries.len(), 2, "{history}");
     let reply = entries[1]["content"].as_str().unwrap();
     assert!(reply.starts_with("That sounds hard."), "{reply}");
-    assert_eq!(entries[1]["route"], "crisis");
+    assert_eq!(entries[1]["response_style"], "crisis_response");
     assert_eq!(entries[0]["content"], CRISIS);
 
     // Answered on the crisis route: one record, not missed.

@@ -73,6 +73,22 @@ async fn handle(
         raw_body: String::from_utf8_lossy(&body).into_owned(),
     };
     shared.record(req.clone());
+    // Browsers post the SDP offer cross-origin: answer the preflight as
+    // the real endpoint does.
+    if method == Method::OPTIONS && uri.path() == Endpoint::RealtimeCalls.path() {
+        let mut resp = StatusCode::NO_CONTENT.into_response();
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("POST"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        return resp;
+    }
     let Some(endpoint) = Endpoint::from_path(uri.path()).filter(|_| method == Method::POST) else {
         return error_json(
             404,
@@ -464,6 +480,12 @@ fn realtime_call(shared: &Shared, req: &RecordedRequest) -> Response {
         m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=sendrecv\r\n\
         m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 0.0.0.0\r\na=mid:1\r\n";
     let mut resp = with_type(StatusCode::CREATED, "application/sdp", answer);
+    resp.headers_mut()
+        .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    resp.headers_mut().insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("location"),
+    );
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/realtime/calls/rtc_fake_{n}")) {
         resp.headers_mut().insert(header::LOCATION, v);
     }

@@ -84,8 +84,14 @@ async function main() {
   await page.waitForFunction(() => document.body.dataset.ready === "1", null, { timeout: TIMEOUT });
 
   // Connect.
+  const consoleLines = [];
+  page.on("console", (m) => consoleLines.push(m.text()));
   await page.click("#mic");
-  await page.waitForFunction(() => document.body.dataset.voice === "on", null, { timeout: TIMEOUT });
+  try {
+    await page.waitForFunction(() => document.body.dataset.voice === "on", null, { timeout: TIMEOUT });
+  } catch (e) {
+    throw new Error("voice did not start: " + (await page.textContent("#voice-status")) + " | " + consoleLines.join(" | "));
+  }
   check((await page.getAttribute("#mic", "aria-pressed")) === "true", "the mic button shows the call is on");
   const session = calls.find((c) => c.path === "/api/voice/realtime/session");
   check(session, "the page asked for a session");

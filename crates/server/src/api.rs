@@ -189,7 +189,7 @@ async fn over_limit(
 }
 
 /// 429 with `Retry-After` (whole seconds, at least 1).
-pub(crate) fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
+fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
     state.metrics().rejected("rate_limited");
     let mut resp = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,

@@ -91,6 +91,23 @@ fn voice(state: &AppState, op: Op) -> Result<&opencouch_voice::Voice, ApiError> 
     })
 }
 
+/// 429 with `Retry-After` (whole seconds, at least 1), as chat answers it.
+fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
+    state.metrics().rejected("rate_limited");
+    let mut resp = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        "too many requests; try again shortly",
+    )
+    .into_response();
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    resp.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(secs.max(1)),
+    );
+    resp
+}
+
 fn crisis_json(c: &VoiceCrisis) -> Value {
     json!({"level": c.level, "reply": c.reply, "resources": c.resources})
 }
@@ -233,7 +250,7 @@ pub(crate) async fn turn_policy(
     if let Caller::Limited(wait) = caller
         && p.crisis.is_none()
     {
-        return Ok(crate::api::rate_limited(&state, wait));
+        return Ok(rate_limited(&state, wait));
     }
     let crisis = p.crisis.as_ref().or(answer.audit_notice.as_ref());
     Ok(Json(json!({
@@ -314,7 +331,7 @@ pub(crate) async fn turn(
     if let Caller::Limited(wait) = caller
         && r.crisis.is_none()
     {
-        return Ok(crate::api::rate_limited(&state, wait));
+        return Ok(rate_limited(&state, wait));
     }
     let crisis = r.crisis.as_ref().or(answer.audit_notice.as_ref());
     Ok(Json(json!({

@@ -189,7 +189,25 @@ pub struct Settings {
     /// The secret Telegram sends with every webhook request
     /// (`X-Telegram-Bot-Api-Secret-Token`).
     pub telegram_webhook_secret: Option<Secret>,
+    /// OpenAI-compatible Realtime base URL (`{base}/realtime/client_secrets`,
+    /// `{base}/realtime/calls`); unset = `base_url`. Voice is available when
+    /// this is set or an API key is.
+    pub realtime_base_url: Option<String>,
+    /// Realtime (speech-to-speech) model of voice sessions.
+    pub realtime_model: String,
+    /// Transcription model of the person's speech in voice sessions.
+    pub realtime_transcription_model: String,
+    /// Default assistant voice (alloy, ash, ballad, coral, echo, sage,
+    /// shimmer, verse, marin, cedar).
+    pub realtime_voice: String,
+    /// Lifetime of a minted voice client secret in seconds (10–7200).
+    pub realtime_secret_ttl_secs: u64,
 }
+
+/// The assistant voices a Realtime session may use.
+pub const REALTIME_VOICES: [&str; 10] = [
+    "alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar",
+];
 
 impl Default for Settings {
     fn default() -> Self {
@@ -234,6 +252,11 @@ impl Default for Settings {
             telegram_allowed_users: Vec::new(),
             telegram_webhook_url: None,
             telegram_webhook_secret: None,
+            realtime_base_url: None,
+            realtime_model: "gpt-realtime".to_owned(),
+            realtime_transcription_model: "gpt-4o-mini-transcribe".to_owned(),
+            realtime_voice: "cedar".to_owned(),
+            realtime_secret_ttl_secs: 600,
         }
     }
 }
@@ -282,6 +305,11 @@ impl fmt::Debug for Settings {
             telegram_allowed_users,
             telegram_webhook_url,
             telegram_webhook_secret,
+            realtime_base_url,
+            realtime_model,
+            realtime_transcription_model,
+            realtime_voice,
+            realtime_secret_ttl_secs,
         } = self;
         f.debug_struct("Settings")
             .field("mode", mode)
@@ -333,6 +361,14 @@ impl fmt::Debug for Settings {
                 &telegram_webhook_url.as_deref().map(mask_url),
             )
             .field("telegram_webhook_secret", telegram_webhook_secret)
+            .field(
+                "realtime_base_url",
+                &realtime_base_url.as_deref().map(mask_url),
+            )
+            .field("realtime_model", realtime_model)
+            .field("realtime_transcription_model", realtime_transcription_model)
+            .field("realtime_voice", realtime_voice)
+            .field("realtime_secret_ttl_secs", realtime_secret_ttl_secs)
             .finish()
     }
 }
@@ -582,10 +618,29 @@ impl Settings {
         if self.max_message_chars == 0 {
             return bad("max_message_chars", "must be greater than 0");
         }
+        if let Some(url) = &self.realtime_base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return bad("realtime_base_url", "must start with http:// or https://");
+        }
+        if !REALTIME_VOICES.contains(&self.realtime_voice.as_str()) {
+            return bad(
+                "realtime_voice",
+                "must be one of alloy, ash, ballad, coral, echo, sage, shimmer, verse, marin, cedar",
+            );
+        }
+        if !(10..=7200).contains(&self.realtime_secret_ttl_secs) {
+            return bad("realtime_secret_ttl_secs", "must be between 10 and 7200");
+        }
         for (key, v) in [
             ("control_model", &self.control_model),
             ("fast_model", &self.fast_model),
             ("quality_model", &self.quality_model),
+            ("realtime_model", &self.realtime_model),
+            (
+                "realtime_transcription_model",
+                &self.realtime_transcription_model,
+            ),
         ] {
             if v.trim().is_empty() {
                 return bad(key, "must not be empty");
@@ -598,6 +653,16 @@ impl Settings {
     /// URL (local servers need no key).
     pub fn model_configured(&self) -> bool {
         self.api_key.is_some() || self.base_url != DEFAULT_BASE_URL
+    }
+
+    /// The Realtime base URL voice sessions use, `None` when voice is not
+    /// configured (no `realtime_base_url` and no API key).
+    pub fn realtime_base(&self) -> Option<&str> {
+        match &self.realtime_base_url {
+            Some(url) => Some(url.trim_end_matches('/')),
+            None if self.api_key.is_some() => Some(self.base_url.trim_end_matches('/')),
+            None => None,
+        }
     }
 
     /// The mode after resolving `auto`.
@@ -819,6 +884,24 @@ impl Settings {
                 } else {
                     "(not set)".into()
                 },
+            ),
+            (
+                "realtime_base_url",
+                match (&self.realtime_base_url, self.realtime_base()) {
+                    (Some(url), _) => mask_url(url),
+                    (None, Some(_)) => "(base_url)".into(),
+                    (None, None) => "(voice off: set realtime_base_url or api_key)".into(),
+                },
+            ),
+            ("realtime_model", self.realtime_model.clone()),
+            (
+                "realtime_transcription_model",
+                self.realtime_transcription_model.clone(),
+            ),
+            ("realtime_voice", self.realtime_voice.clone()),
+            (
+                "realtime_secret_ttl_secs",
+                self.realtime_secret_ttl_secs.to_string(),
             ),
         ]
     }

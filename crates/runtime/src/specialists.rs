@@ -83,7 +83,7 @@ pub(crate) fn deterministic_crisis(verdict: &GateVerdict, message: &str) -> Spec
 
 /// The deterministic crisis outcome for `lookup` (no model reply): the
 /// verified text, its resources, and `diag` with the lookup status added.
-fn deterministic_outcome(
+pub(crate) fn deterministic_outcome(
     assessment: &opencouch_core::CrisisAssessment,
     follow_up: Option<&FollowUpContext>,
     lookup: &opencouch_safety::ResourceLookup,
@@ -146,7 +146,7 @@ fn number_tokens(text: &str) -> BTreeSet<String> {
 }
 
 /// Whether every number in `reply` is one of the verified numbers.
-fn numbers_verified(reply: &str, verified_text: &str) -> bool {
+pub(crate) fn numbers_verified(reply: &str, verified_text: &str) -> bool {
     let allowed = number_tokens(verified_text);
     number_tokens(reply)
         .iter()

@@ -177,20 +177,20 @@ fn ms(since: Instant) -> f64 {
 }
 
 /// What the storage phase before the gate produced.
-struct Loaded {
-    guard: opencouch_store::ThreadGuard,
-    now: chrono::DateTime<Utc>,
-    state: ThreadState,
-    active: ActiveSession,
-    first_turn_of_session: bool,
+pub(crate) struct Loaded {
+    pub(crate) guard: opencouch_store::ThreadGuard,
+    pub(crate) now: chrono::DateTime<Utc>,
+    pub(crate) state: ThreadState,
+    pub(crate) active: ActiveSession,
+    pub(crate) first_turn_of_session: bool,
     /// This session's recent messages, oldest first.
-    session_history: Vec<Message>,
+    pub(crate) session_history: Vec<Message>,
 }
 
 /// Step 1: lock the thread and load its effective state (the snapshot plus
 /// this session's recent transcript window), finalizing an expired or
 /// interrupted session first. Every error here is a storage error.
-async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> {
+pub(crate) async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, RuntimeError> {
     let inner = &rt.inner;
     let guard = inner.stores.lock_thread(&input.thread_id).await?;
     let now = Utc::now();

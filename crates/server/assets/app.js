@@ -1,5 +1,6 @@
 // OpenCouch web page: sign-in, streamed chat, crisis resources, incognito,
-// memory panel, end of session with feedback, mood and progress chart.
+// memory panel, end of session with feedback, mood and progress chart, and
+// voice mode (Realtime over WebRTC).
 // Plain JavaScript, no dependencies, served by `opencouch serve`.
 "use strict";
 (() => {
@@ -285,6 +286,195 @@
     }
   }
 
+
+  // ---------- voice (Realtime over WebRTC) ----------
+  // The server mints a short-lived client secret; the page connects to the
+  // Realtime endpoint with it (its own key never reaches the page), asks the
+  // turn policy before each response, runs function calls through the
+  // server, records each exchange, and shows the crisis panel the server
+  // returns. A denied microphone or a failed connection leaves text chat as
+  // it was.
+  const V = { pc: null, dc: null, stream: null, audio: null, userText: "", assistantText: "", calls: [],
+    asstBox: null, outstanding: 0, tools: 0, used: false, crisisShown: false };
+
+  function voiceStatus(text) { $("voice-status").textContent = text; }
+  function dcSend(obj) { if (V.dc && V.dc.readyState === "open") V.dc.send(JSON.stringify(obj)); }
+
+  function showCrisisPanel(c) {
+    if (!c || V.crisisShown) return;
+    V.crisisShown = true;
+    const box = addMessage("assistant", "");
+    renderCrisis(box, { response_text: c.reply, resources: c.resources });
+    box.dataset.route = "crisis";
+    box.dataset.source = "app";
+    box.scrollIntoView({ block: "start" });
+  }
+
+  async function flushTurn() {
+    if (!V.userText) return;
+    const body = { thread_id: thread(), memory_mode: mode(), user_text: V.userText,
+      assistant_text: V.assistantText, tool_calls: V.calls };
+    V.userText = ""; V.assistantText = ""; V.calls = []; V.asstBox = null;
+    try {
+      const r = await api("POST", "/api/voice/realtime/turn", body);
+      if (r.crisis) showCrisisPanel(r.crisis);
+      document.body.dataset.voiceTurns = String(Number(document.body.dataset.voiceTurns || "0") + 1);
+    } catch (e) {
+      voiceStatus("This exchange could not be saved: " + e.message);
+    }
+  }
+
+  async function runTool(ev) {
+    V.tools += 1;
+    const call = { tool_name: ev.name, status: "started" };
+    V.calls.push(call);
+    let output;
+    try {
+      const r = await api("POST", "/api/voice/realtime/tools", { thread_id: thread(), memory_mode: mode(),
+        current_user_message: V.userText, transcript: [], tool_name: ev.name, arguments: ev.arguments || "{}" });
+      output = r.output;
+      call.status = "completed";
+    } catch (e) {
+      output = { ok: false, error: "tool_failed" };
+      call.status = "failed";
+    }
+    dcSend({ type: "conversation.item.create", item: { type: "function_call_output", call_id: ev.call_id, output: JSON.stringify(output) } });
+    // Staying quiet is the whole point of wait_for_user.
+    if (ev.name !== "wait_for_user") { V.outstanding += 1; dcSend({ type: "response.create" }); }
+    V.tools -= 1;
+    if (V.tools === 0 && V.outstanding === 0) await flushTurn();
+  }
+
+  async function onUserTranscript(text) {
+    await flushTurn();
+    V.userText = text; V.assistantText = ""; V.calls = []; V.asstBox = null; V.crisisShown = false;
+    addMessage("user", text);
+    let p = null;
+    try {
+      p = await api("POST", "/api/voice/realtime/turn-policy", { thread_id: thread(), memory_mode: mode(), user_text: text, transcript: [] });
+    } catch (e) {
+      p = null;
+    }
+    if (p && p.crisis) showCrisisPanel(p.crisis);
+    V.outstanding += 1;
+    dcSend({ type: "response.create", response: p && p.instructions ? { instructions: p.instructions } : {} });
+  }
+
+  async function onVoiceEvent(ev) {
+    switch (ev.type) {
+      case "input_audio_buffer.speech_started":
+        // Barge-in: the person talks over the reply.
+        if (V.outstanding > 0) {
+          dcSend({ type: "response.cancel" });
+          dcSend({ type: "output_audio_buffer.clear" });
+          if (V.asstBox) V.asstBox.classList.add("barged");
+        }
+        break;
+      case "conversation.item.input_audio_transcription.completed": {
+        const text = String(ev.transcript || "").trim();
+        if (text) await onUserTranscript(text);
+        break;
+      }
+      case "response.output_audio_transcript.delta":
+      case "response.audio_transcript.delta":
+      case "response.output_text.delta":
+        if (!V.asstBox) V.asstBox = addMessage("assistant", "");
+        V.assistantText += ev.delta || "";
+        setText(V.asstBox, V.assistantText);
+        break;
+      case "response.output_audio_transcript.done":
+      case "response.audio_transcript.done":
+      case "response.output_text.done":
+        if (typeof ev.transcript === "string" || typeof ev.text === "string") {
+          V.assistantText = typeof ev.transcript === "string" ? ev.transcript : ev.text;
+          if (!V.asstBox) V.asstBox = addMessage("assistant", "");
+          setText(V.asstBox, V.assistantText);
+        }
+        break;
+      case "response.function_call_arguments.done":
+        await runTool(ev);
+        break;
+      case "response.done":
+        V.outstanding = Math.max(0, V.outstanding - 1);
+        if (V.outstanding === 0 && V.tools === 0) await flushTurn();
+        break;
+      case "error":
+        voiceStatus("The voice session reported an error; you can keep talking or type.");
+        break;
+      default:
+        break;
+    }
+  }
+
+  async function startVoice() {
+    if (V.pc) return;
+    $("mic").disabled = true;
+    voiceStatus("Starting voice…");
+    try {
+      let session;
+      try {
+        session = await api("POST", "/api/voice/realtime/session", { thread_id: thread(), memory_mode: mode() });
+      } catch (e) {
+        voiceStatus(e.status === 503 ? "Voice is not available on this server: " + e.message : "Voice could not start: " + e.message);
+        return;
+      }
+      let stream;
+      try {
+        stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+      } catch (e) {
+        voiceStatus("The microphone is not available (" + (e && e.name ? e.name : "denied") + "). You can keep typing.");
+        return;
+      }
+      const pc = new RTCPeerConnection();
+      V.pc = pc; V.stream = stream;
+      V.audio = document.createElement("audio");
+      V.audio.autoplay = true;
+      pc.ontrack = (ev) => { V.audio.srcObject = ev.streams[0]; };
+      for (const t of stream.getTracks()) pc.addTrack(t, stream);
+      const dc = pc.createDataChannel("oai-events");
+      V.dc = dc;
+      dc.addEventListener("message", (m) => {
+        let ev;
+        try { ev = JSON.parse(m.data); } catch (e) { return; }
+        onVoiceEvent(ev);
+      });
+      dc.addEventListener("open", () => { voiceStatus("Listening. Audio goes to the voice service this server uses."); document.body.dataset.voice = "on"; });
+      try {
+        const offer = await pc.createOffer();
+        await pc.setLocalDescription(offer);
+        const r = await fetch(session.calls_url, { method: "POST",
+          headers: { Authorization: "Bearer " + session.client_secret, "Content-Type": "application/sdp" }, body: offer.sdp });
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        await pc.setRemoteDescription({ type: "answer", sdp: await r.text() });
+      } catch (e) {
+        stopVoice(false);
+        voiceStatus("Voice could not connect. You can keep typing.");
+        return;
+      }
+      V.used = true;
+      $("mic").setAttribute("aria-pressed", "true");
+      $("mic").textContent = "Hang up";
+    } finally {
+      $("mic").disabled = false;
+    }
+  }
+
+  async function stopVoice(hangUp) {
+    if (hangUp) await flushTurn();
+    if (V.dc) try { V.dc.close(); } catch (e) { /* already closed */ }
+    if (V.pc) try { V.pc.close(); } catch (e) { /* already closed */ }
+    if (V.stream) for (const t of V.stream.getTracks()) t.stop();
+    V.pc = null; V.dc = null; V.stream = null; V.outstanding = 0; V.tools = 0;
+    $("mic").setAttribute("aria-pressed", "false");
+    $("mic").textContent = "Talk";
+    document.body.dataset.voice = "off";
+    if (hangUp) {
+      voiceStatus("Call ended.");
+      // End of session with feedback, as in text mode (through the voice route).
+      if (V.used) toggleEndPanel(true);
+    }
+  }
+
   // ---------- end of session ----------
   function toggleEndPanel(open) {
     $("end-panel").hidden = !open;
@@ -297,7 +487,10 @@
     const out = $("summary");
     out.textContent = "";
     try {
-      const s = await api("POST", "/api/threads/" + encodeURIComponent(thread()) + "/end", { feedback, memory_mode: mode() });
+      const s = V.used
+        ? await api("POST", "/api/voice/realtime/end", { thread_id: thread(), feedback, memory_mode: mode() })
+        : await api("POST", "/api/threads/" + encodeURIComponent(thread()) + "/end", { feedback, memory_mode: mode() });
+      V.used = false;
       out.append(el("h3", { text: s.summary ? "Session summary" : "Session ended" }));
       if (s.summary) {
         out.append(el("p", { class: "summary-text", text: s.summary }));
@@ -500,6 +693,7 @@
       }
     });
     $("end-open").addEventListener("click", () => toggleEndPanel($("end-panel").hidden));
+    $("mic").addEventListener("click", () => { if (V.pc) stopVoice(true); else startVoice(); });
     $("end-panel").addEventListener("keydown", (e) => { if (e.key === "Escape") { toggleEndPanel(false); $("end-open").focus(); } });
     for (const b of document.querySelectorAll("button.end")) b.addEventListener("click", () => endSession(b.dataset.feedback));
   }

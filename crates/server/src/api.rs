@@ -50,6 +50,14 @@ pub fn router(state: AppState) -> Router {
             "/api/forget-me/confirm",
             post(crate::owner_data::forget_me_confirm),
         )
+        .route("/api/voice/realtime/session", post(crate::voice::session))
+        .route("/api/voice/realtime/tools", post(crate::voice::tools))
+        .route(
+            "/api/voice/realtime/turn-policy",
+            post(crate::voice::turn_policy),
+        )
+        .route("/api/voice/realtime/turn", post(crate::voice::turn))
+        .route("/api/voice/realtime/end", post(crate::voice::end))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_owner))
         // Transcripts and memory: never cached (errors included).
         .route_layer(middleware::map_response(crate::guard::no_store));
@@ -119,13 +127,26 @@ async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Res
 
 /// The routes an [`Unverified`] caller may reach.
 fn is_chat_route(path: &str) -> bool {
-    matches!(path, "/api/chat" | "/api/chat/stream" | "/api/chat/ws")
+    matches!(
+        path,
+        "/api/chat"
+            | "/api/chat/stream"
+            | "/api/chat/ws"
+            | "/api/voice/realtime/turn-policy"
+            | "/api/voice/realtime/turn"
+    )
 }
 
 /// The routes a caller over a rate limit may still reach, gate only (a
 /// WebSocket is a session of turns, not one message: it gets 429).
 fn is_single_turn_route(path: &str) -> bool {
-    matches!(path, "/api/chat" | "/api/chat/stream")
+    matches!(
+        path,
+        "/api/chat"
+            | "/api/chat/stream"
+            | "/api/voice/realtime/turn-policy"
+            | "/api/voice/realtime/turn"
+    )
 }
 
 /// Over a limit: a single chat turn still reaches the crisis gate

@@ -18,6 +18,7 @@ mod owner_data;
 pub mod progress;
 mod routes;
 mod trace;
+mod voice;
 pub mod web;
 mod ws;
 
@@ -111,7 +112,11 @@ struct Inner {
     health: tokio::sync::Mutex<Option<(Instant, bool)>>,
     listen: OnceLock<SocketAddr>,
     metrics: Arc<metrics::Metrics>,
+    voice: OnceLock<Arc<opencouch_voice::Voice>>,
 }
+
+/// How long a stop waits for queued voice safety audits.
+const VOICE_AUDIT_DRAIN: Duration = Duration::from_secs(10);
 
 /// How long `/api/health` reuses its store check.
 const HEALTH_CACHE: Duration = Duration::from_secs(1);
@@ -139,6 +144,7 @@ impl AppState {
                 health: tokio::sync::Mutex::new(None),
                 listen: OnceLock::new(),
                 metrics,
+                voice: OnceLock::new(),
             }),
         }
     }
@@ -146,6 +152,17 @@ impl AppState {
     /// The service API: what every handler calls.
     pub fn service(&self) -> &Service {
         &self.inner.service
+    }
+
+    /// Adds the voice channel (`/api/voice/realtime/*`); without it those
+    /// routes answer 503. Set once.
+    pub fn set_voice(&self, voice: Arc<opencouch_voice::Voice>) {
+        let _ = self.inner.voice.set(voice);
+    }
+
+    /// The voice channel, when set.
+    pub fn voice(&self) -> Option<&opencouch_voice::Voice> {
+        self.inner.voice.get().map(Arc::as_ref)
     }
 
     /// The limits in force.
@@ -320,6 +337,8 @@ pub async fn serve_with_routes(
     let local = matches!(auth, AuthMode::Local);
     let state = AppState::new(host.service(), auth, Limits::from_settings(settings));
     let extra = extra(&host.service());
+    let voice = Arc::new(opencouch_voice::Voice::new(host.service(), settings));
+    state.set_voice(voice.clone());
     let listener = bind(addr).await?;
     let metrics_listener = match metrics_addr {
         Some(a) => Some(bind(a).await?),
@@ -337,6 +356,10 @@ pub async fn serve_with_routes(
     on_listening(&listening);
     let result =
         serve_listeners_with(listener, metrics_listener, state, extra, shutdown_signal()).await;
+    let audits = voice.shutdown(VOICE_AUDIT_DRAIN).await;
+    if audits.dropped > 0 {
+        tracing::warn!(dropped = audits.dropped, "voice safety audits dropped");
+    }
     let report = host.shutdown().await;
     tracing::info!(
         unfinished_turns = report.unfinished_turns,

@@ -22,4 +22,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/export"),
     ("POST", "/api/forget-me"),
     ("POST", "/api/forget-me/confirm"),
+    ("POST", "/api/voice/realtime/session"),
+    ("POST", "/api/voice/realtime/tools"),
+    ("POST", "/api/voice/realtime/turn-policy"),
+    ("POST", "/api/voice/realtime/turn"),
+    ("POST", "/api/voice/realtime/end"),
 ];

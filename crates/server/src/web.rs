@@ -119,14 +119,53 @@ fn security_headers(h: &mut HeaderMap, csp: Option<&'static str>) {
     }
 }
 
-/// `GET /`.
-pub async fn index(req: HeaderMap) -> Response {
-    revalidated(
+/// `GET /`. With voice configured, the page may also connect to the
+/// Realtime endpoint's origin (the SDP exchange of `{base}/realtime/calls`).
+pub async fn index(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    req: HeaderMap,
+) -> Response {
+    let mut resp = revalidated(
         &req,
         &tags().index,
         HTML,
         INDEX_HTML.as_bytes(),
         Some(PAGE_CSP),
+    );
+    let origin = state
+        .voice()
+        .and_then(|v| v.realtime_base())
+        .and_then(origin_of);
+    if let Some(origin) = origin
+        && let Ok(v) = HeaderValue::from_str(&page_csp_with(&origin))
+    {
+        resp.headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    resp
+}
+
+/// `scheme://host[:port]` of an `http(s)` URL, `None` for anything else or
+/// a value that could break the header.
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    let host = rest.split(['/', '?', '#']).next()?;
+    let ok = !host.is_empty()
+        && !host.contains('@')
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    ok.then(|| format!("{scheme}://{host}"))
+}
+
+/// The page's policy with the Realtime origin added to `connect-src`.
+fn page_csp_with(origin: &str) -> String {
+    PAGE_CSP.replace(
+        "connect-src 'self'",
+        &format!("connect-src 'self' {origin}"),
     )
 }
 
@@ -176,6 +215,29 @@ pub async fn swagger_asset(Path((version, file)): Path<(String, String)>) -> Res
     );
     security_headers(h, None);
     resp
+}
+
+#[cfg(test)]
+mod voice_csp_tests {
+    use super::*;
+
+    #[test]
+    fn the_realtime_origin_is_added_to_connect_src_only() {
+        assert_eq!(
+            origin_of("https://api.openai.com/v1").as_deref(),
+            Some("https://api.openai.com")
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:9000/v1").as_deref(),
+            Some("http://127.0.0.1:9000")
+        );
+        assert_eq!(origin_of("ftp://x/v1"), None);
+        assert_eq!(origin_of("https://user:pw@host/v1"), None);
+        assert_eq!(origin_of("https://a b/v1"), None);
+        let csp = page_csp_with("https://api.openai.com");
+        assert!(csp.contains("connect-src 'self' https://api.openai.com;"));
+        assert!(csp.contains("script-src 'self';"));
+    }
 }
 
 #[cfg(test)]

@@ -76,6 +76,38 @@ fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, Status
             Some(r#"{"token":"not-a-forget-token"}"#),
             StatusCode::BAD_REQUEST,
         ),
+        // Voice is not configured in this fixture: 503 after the token check
+        // (tests/voice.rs covers the routes with a Realtime endpoint).
+        (
+            POST,
+            "/api/voice/realtime/session",
+            Some(r#"{"thread_id":"t1"}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            POST,
+            "/api/voice/realtime/tools",
+            Some(r#"{"thread_id":"t1","tool_name":"show_saved_memory"}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            POST,
+            "/api/voice/realtime/turn-policy",
+            Some(r#"{"thread_id":"t1","user_text":"hi"}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            POST,
+            "/api/voice/realtime/turn",
+            Some(r#"{"thread_id":"t1","user_text":"hi"}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            POST,
+            "/api/voice/realtime/end",
+            Some(r#"{"thread_id":"t1"}"#),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
     ]
 }
 

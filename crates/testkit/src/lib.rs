@@ -5,7 +5,9 @@
 //! [`FakeOpenAi`] serves real HTTP on `127.0.0.1` (random port) so clients are
 //! exercised end to end: chat completions (JSON and SSE streaming, including
 //! tool-call deltas split across chunks), embeddings (deterministic
-//! bag-of-words vectors, see [`hash_embedding`]) and Realtime client secrets.
+//! bag-of-words vectors, see [`hash_embedding`]), Realtime client secrets
+//! (GA or beta answer shape, see [`SecretShape`]) and Realtime calls (an SDP
+//! offer answered with an SDP answer, 201, `Location` naming the call).
 //!
 //! Tests script replies with rules: one-shot rules are consumed in FIFO order
 //! (the first matching one wins), sticky rules stay, and an unmatched request
@@ -50,6 +52,16 @@ pub use hub::{FakeHub, HubRequest};
 pub use otlp::FakeCollector;
 pub use script::{Endpoint, Match, Reply, Rule, ScriptedToolCall};
 pub use telegram::{BotCall, FAKE_BOT_TOKEN, FakeTelegram};
+
+/// The shape of a minted Realtime client secret.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SecretShape {
+    /// GA: `{value, expires_at, session}`.
+    #[default]
+    Ga,
+    /// The older beta: `{…session fields, client_secret: {value, expires_at}}`.
+    Beta,
+}
 
 /// Default embedding dimension of the fake embeddings endpoint.
 pub const DEFAULT_EMBEDDING_DIMENSION: usize = 64;
@@ -162,6 +174,7 @@ struct State {
     chat_default: Reply,
     embedding_dimension: usize,
     secret_ttl_secs: u64,
+    secret_shape: SecretShape,
     requests: Vec<RecordedRequest>,
 }
 
@@ -221,6 +234,10 @@ impl Shared {
         self.lock().secret_ttl_secs
     }
 
+    pub(crate) fn secret_shape(&self) -> SecretShape {
+        self.lock().secret_shape
+    }
+
     /// Sleeps for `d`, returning early when the server shuts down.
     pub(crate) async fn sleep(&self, d: std::time::Duration) {
         if d.is_zero() {
@@ -271,6 +288,7 @@ impl FakeOpenAi {
                 chat_default: Reply::text(DEFAULT_REPLY_TEXT),
                 embedding_dimension: DEFAULT_EMBEDDING_DIMENSION,
                 secret_ttl_secs: 600,
+                secret_shape: SecretShape::Ga,
                 requests: Vec::new(),
             }),
             first_text_sent: Arc::default(),
@@ -360,6 +378,11 @@ impl FakeOpenAi {
     /// Sets the lifetime reported in `expires_at` of minted client secrets.
     pub fn set_client_secret_ttl(&self, secs: u64) {
         self.shared.lock().secret_ttl_secs = secs;
+    }
+
+    /// Sets the shape of minted client secrets (GA by default).
+    pub fn set_client_secret_shape(&self, shape: SecretShape) {
+        self.shared.lock().secret_shape = shape;
     }
 
     /// Every request received so far, in arrival order.

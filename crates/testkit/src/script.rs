@@ -16,6 +16,8 @@ pub enum Endpoint {
     Embeddings,
     /// `POST /v1/realtime/client_secrets`.
     ClientSecrets,
+    /// `POST /v1/realtime/calls` (an SDP offer; answered with SDP, 201).
+    RealtimeCalls,
 }
 
 impl Endpoint {
@@ -25,6 +27,7 @@ impl Endpoint {
             Endpoint::ChatCompletions => "/v1/chat/completions",
             Endpoint::Embeddings => "/v1/embeddings",
             Endpoint::ClientSecrets => "/v1/realtime/client_secrets",
+            Endpoint::RealtimeCalls => "/v1/realtime/calls",
         }
     }
 
@@ -34,6 +37,7 @@ impl Endpoint {
             Endpoint::ChatCompletions,
             Endpoint::Embeddings,
             Endpoint::ClientSecrets,
+            Endpoint::RealtimeCalls,
         ]
         .into_iter()
         .find(|e| e.path() == path)

@@ -73,6 +73,25 @@ async fn handle(
         raw_body: String::from_utf8_lossy(&body).into_owned(),
     };
     shared.record(req.clone());
+    // Browsers post the SDP offer cross-origin: answer the preflight as
+    // the real endpoint does.
+    if method == Method::OPTIONS && uri.path() == Endpoint::RealtimeCalls.path() {
+        let mut resp = StatusCode::NO_CONTENT.into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("POST"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        return resp;
+    }
     let Some(endpoint) = Endpoint::from_path(uri.path()).filter(|_| method == Method::POST) else {
         return error_json(
             404,
@@ -81,6 +100,9 @@ async fn handle(
             None,
         );
     };
+    if endpoint == Endpoint::RealtimeCalls {
+        return realtime_call(&shared, &req);
+    }
     if req.body.is_null() {
         return error_json(400, "body is not JSON", "invalid_request_error", None);
     }
@@ -135,6 +157,8 @@ async fn handle(
             Endpoint::ChatCompletions => chat(&shared, &req, kind, reply.chunk_delay),
             Endpoint::Embeddings => embeddings(&shared, &req, kind),
             Endpoint::ClientSecrets => client_secret(&shared, &req),
+            // Answered before the JSON check.
+            Endpoint::RealtimeCalls => realtime_call(&shared, &req),
         },
     }
 }
@@ -404,10 +428,71 @@ fn client_secret(shared: &Shared, req: &RecordedRequest) -> Response {
         .get("session")
         .cloned()
         .unwrap_or_else(|| json!({"type": "realtime", "model": "gpt-realtime"}));
-    let body = json!({
-        "value": format!("ek_fake_{n:016x}"),
-        "expires_at": now_secs() + shared.secret_ttl_secs(),
-        "session": session,
-    });
+    let value = format!("ek_fake_{n:016x}");
+    let expires_at = now_secs() + shared.secret_ttl_secs();
+    let body = match shared.secret_shape() {
+        crate::SecretShape::Ga => json!({
+            "value": value,
+            "expires_at": expires_at,
+            "session": session,
+        }),
+        crate::SecretShape::Beta => {
+            let mut beta = session;
+            if let Some(o) = beta.as_object_mut() {
+                o.insert("id".into(), json!(format!("sess_fake_{n}")));
+                o.insert(
+                    "client_secret".into(),
+                    json!({"value": value, "expires_at": expires_at}),
+                );
+            }
+            beta
+        }
+    };
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// `POST /v1/realtime/calls`: an SDP offer with `Authorization: Bearer
+/// ek_…` and `Content-Type: application/sdp` gets a minimal SDP answer
+/// (201, `Location: /v1/realtime/calls/rtc_fake_N`); anything else 400/401.
+fn realtime_call(shared: &Shared, req: &RecordedRequest) -> Response {
+    let bearer = req
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bearer.starts_with("ek_") {
+        return error_json(
+            401,
+            "an ephemeral client secret (ek_) is required",
+            "invalid_request_error",
+            None,
+        );
+    }
+    let sdp_type = req
+        .header("content-type")
+        .is_some_and(|v| v.starts_with("application/sdp"));
+    if !sdp_type || !req.raw_body.starts_with("v=0") {
+        return error_json(
+            400,
+            "the body must be an SDP offer (application/sdp)",
+            "invalid_request_error",
+            None,
+        );
+    }
+    let n = shared.next_id();
+    let answer = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\n\
+        m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=sendrecv\r\n\
+        m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 0.0.0.0\r\na=mid:1\r\n";
+    let mut resp = with_type(StatusCode::CREATED, "application/sdp", answer);
+    resp.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    resp.headers_mut().insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("location"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/realtime/calls/rtc_fake_{n}")) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
 }

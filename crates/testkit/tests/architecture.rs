@@ -82,7 +82,12 @@ fn crate_arrows_are_the_allowed_ones() {
         ),
         // A channel: the runtime's service, the core types, the settings
         // and the exercise catalog; never the store or memory.
-        ("server", &["core", "config", "exercises", "runtime"]),
+        (
+            "server",
+            &["core", "config", "exercises", "runtime", "voice"],
+        ),
+        // The voice channel: the service, the core types and the settings.
+        ("voice", &["core", "config", "runtime"]),
         // Logs and trace export: the settings, the core's names and export
         // health, the redaction rules.
         ("telemetry", &["core", "config", "prompts"]),
@@ -768,6 +773,19 @@ mod seam {
                 "sha2",
                 "hex",
                 "toml",
+            ],
+        ),
+        (
+            "voice",
+            &[
+                "serde",
+                "serde_json",
+                "thiserror",
+                "tokio",
+                "tracing",
+                "reqwest",
+                "sha2",
+                "hex",
             ],
         ),
         (

@@ -252,7 +252,7 @@ impl Service {
 
     /// The stored id of `caller`'s thread `id` (the one thread-id rule; an
     /// account's threads are scoped to it).
-    fn stored_thread(&self, caller: &Caller, id: &str) -> Result<String, ServiceError> {
+    pub(crate) fn stored_thread(&self, caller: &Caller, id: &str) -> Result<String, ServiceError> {
         if !valid_thread_id(id) {
             return Err(ServiceError::new(
                 ErrorCode::InvalidThreadId,

@@ -19,6 +19,7 @@ pub(crate) mod error;
 mod host;
 pub mod kit;
 mod types;
+pub mod voice;
 
 pub use opencouch_memory::control::GUEST_MODE_REPLY;
 
@@ -32,6 +33,10 @@ pub use self::types::{
     Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
     MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,
     ThreadList, TurnRequest,
+};
+pub use self::voice::{
+    VoiceAuditFinding, VoiceCall, VoiceCallStatus, VoiceCrisis, VoicePolicy, VoiceRecorded,
+    VoiceToolCall, VoiceTurn, WAIT_FOR_USER,
 };
 pub use crate::owner_data::{
     EXPORT_SCHEMA, ExportDocument, ExportExerciseCount, ExportExerciseEntry, ExportExercises,

@@ -791,6 +791,18 @@ mod seam {
             "testkit",
             &["serde", "serde_json", "tokio", "axum", "futures"],
         ),
+        (
+            "tui",
+            &[
+                "chrono",
+                "serde_json",
+                "tokio",
+                "futures",
+                "ratatui",
+                "crossterm",
+                "unicode-width",
+            ],
+        ),
     ];
 
     /// Crates that may do no I/O and run no async code.

@@ -480,7 +480,8 @@ mod tests {
 
     #[test]
     fn completion_lists_matching_names() {
-        assert_eq!(complete("/th"), vec!["threads"]);
+        assert_eq!(complete("/th"), vec!["theme", "threads"]);
+        assert_eq!(complete("/thr"), vec!["threads"]);
         assert_eq!(complete("/e"), vec!["export", "end", "exit", "exercises"]);
         assert!(complete("/end n").is_empty());
         assert!(complete("hello").is_empty());

@@ -456,7 +456,7 @@ mod tests {
         let spans = &lines[0].spans;
         let bold = spans
             .iter()
-            .find(|s| s.content == "slow breathing")
+            .find(|s| s.content == "breathing")
             .map(|s| s.style);
         assert!(bold.is_some_and(|s| s.add_modifier.contains(Modifier::BOLD)));
         let it = spans

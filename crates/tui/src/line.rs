@@ -86,10 +86,10 @@ pub fn print_reply(reply: &Reply, out: &mut impl Write, opts: LineOptions) -> io
                 writeln!(out, "{who} › {text}")?;
             }
         }
-        if let Flow::Ask(q) = &flow {
-            if !opts.interactive {
-                writeln!(out, "{q} ›")?;
-            }
+        if let Flow::Ask(q) = &flow
+            && !opts.interactive
+        {
+            writeln!(out, "{q} ›")?;
         }
     }
     out.flush()?;

@@ -78,8 +78,7 @@ impl Markdown {
             return;
         }
         let indent = line.len() - trimmed.len();
-        let (first, rest, body, base) = if let Some((level, body)) = heading(trimmed) {
-            let _ = level;
+        let (first, rest, body, base) = if let Some(body) = heading(trimmed) {
             (String::new(), String::new(), body, t.heading)
         } else if let Some(body) = trimmed.strip_prefix("> ").or(trimmed.strip_prefix('>')) {
             ("│ ".to_owned(), "│ ".to_owned(), body, t.text)
@@ -180,10 +179,10 @@ fn is_rule(t: &str) -> bool {
             || t.chars().all(|c| c == '_'))
 }
 
-fn heading(t: &str) -> Option<(usize, &str)> {
+fn heading(t: &str) -> Option<&str> {
     let level = t.chars().take_while(|c| *c == '#').count();
     if (1..=6).contains(&level) {
-        t[level..].strip_prefix(' ').map(|b| (level, b.trim()))
+        t[level..].strip_prefix(' ').map(str::trim)
     } else {
         None
     }
@@ -264,20 +263,19 @@ fn inline(text: &str, base: Style, t: &Theme) -> Vec<Span<'static>> {
                 i += 1;
                 continue;
             }
-        } else if c == '[' {
-            if let Some(close) = find(i + 1, &[']', '(']) {
-                if let Some(end) = find(close + 2, &[')']) {
-                    flush(&mut buf, &mut spans, style(bold, italic));
-                    let label: String = chars[i + 1..close].iter().collect();
-                    let url: String = chars[close + 2..end].iter().collect();
-                    spans.push(Span::styled(label.clone(), t.link));
-                    if !url.is_empty() && url != label {
-                        spans.push(Span::styled(format!(" ({url})"), t.system));
-                    }
-                    i = end + 1;
-                    continue;
-                }
+        } else if c == '['
+            && let Some(close) = find(i + 1, &[']', '('])
+            && let Some(end) = find(close + 2, &[')'])
+        {
+            flush(&mut buf, &mut spans, style(bold, italic));
+            let label: String = chars[i + 1..close].iter().collect();
+            let url: String = chars[close + 2..end].iter().collect();
+            spans.push(Span::styled(label.clone(), t.link));
+            if !url.is_empty() && url != label {
+                spans.push(Span::styled(format!(" ({url})"), t.system));
             }
+            i = end + 1;
+            continue;
         }
         buf.push(c);
         i += 1;

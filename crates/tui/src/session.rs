@@ -461,10 +461,10 @@ impl Session {
                     ["new", id] => (AfterEnd::NewThread, Some((*id).to_owned())),
                     _ => return Ok(usage("end")),
                 };
-                if let Some(id) = &next_thread {
-                    if let Err(why) = check_thread(id) {
-                        return Ok(Reply::fail("end", why));
-                    }
+                if let Some(id) = &next_thread
+                    && let Err(why) = check_thread(id)
+                {
+                    return Ok(Reply::fail("end", why));
                 }
                 self.pending = Some(Pending::EndFeedback {
                     via: EndedVia::Terminal,

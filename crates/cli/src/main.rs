@@ -70,6 +70,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the Telegram bot (long polling; webhook mode is served by `serve`).
     Telegram(telegram::TelegramArgs),
+    /// Check the configuration, database, data directory, models and crisis directory
+    Doctor(chat::DoctorArgs),
     /// Manage API users and their tokens
     #[command(subcommand)]
     Users(users::UsersCmd),
@@ -120,6 +122,15 @@ fn load_settings(
     memory_mode: Option<MemoryMode>,
     listen: Option<String>,
 ) -> anyhow::Result<Settings> {
+    Ok(load_with_provenance(g, memory_mode, listen)?.0)
+}
+
+/// The settings and where they came from (for `doctor`).
+fn load_with_provenance(
+    g: &GlobalArgs,
+    memory_mode: Option<MemoryMode>,
+    listen: Option<String>,
+) -> anyhow::Result<(Settings, opencouch_tui::doctor::Provenance)> {
     let overrides = Overrides {
         mode: g.mode,
         memory_mode,
@@ -128,7 +139,22 @@ fn load_settings(
         listen,
     };
     let loaded = Settings::load(g.config.as_deref(), &overrides)?;
-    Ok(loaded.settings)
+    let mut flags = Vec::new();
+    for (set, key) in [
+        (g.mode.is_some(), "mode"),
+        (memory_mode.is_some(), "memory_mode"),
+        (g.data_dir.is_some(), "data_dir"),
+        (g.database_url.is_some(), "database"),
+    ] {
+        if set {
+            flags.push(key);
+        }
+    }
+    let provenance = opencouch_tui::doctor::Provenance {
+        config_file: loaded.config_file.clone(),
+        flags,
+    };
+    Ok((loaded.settings, provenance))
 }
 
 fn cmd_config(g: &GlobalArgs) -> anyhow::Result<()> {
@@ -185,8 +211,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config | Command::Exercises(_) | Command::Eval(_) => unreachable_sync_command(),
         Command::Chat(args) => {
-            let settings = load_settings(&cli.global, None, None)?;
-            chat::run(&args, settings).await
+            let (settings, provenance) = load_with_provenance(&cli.global, None, None)?;
+            chat::run(&args, settings, provenance).await
+        }
+        Command::Doctor(args) => {
+            let (settings, provenance) = load_with_provenance(&cli.global, None, None)?;
+            chat::doctor(&args, settings, provenance).await
         }
         Command::Threads(cmd) => admin::threads(cmd, load_settings(&cli.global, None, None)?).await,
         Command::Db(cmd) => admin::db(cmd, load_settings(&cli.global, None, None)?).await,

@@ -45,6 +45,8 @@ async fn interactive_chat_keeps_no_input_history_on_disk() {
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{secret}").unwrap();
     writeln!(stdin, "/exit").unwrap();
+    // Leaving after a conversation asks for feedback (issue 27): skip.
+    writeln!(stdin, "s").unwrap();
     stdin.flush().unwrap();
     // Keep stdin open until the client leaves on its own.
     let deadline = Instant::now() + Duration::from_secs(60);

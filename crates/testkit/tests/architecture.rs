@@ -851,6 +851,18 @@ mod seam {
                 "serde_json",
             ],
         ),
+        (
+            "tui",
+            &[
+                "chrono",
+                "serde_json",
+                "tokio",
+                "futures",
+                "ratatui",
+                "crossterm",
+                "unicode-width",
+            ],
+        ),
     ];
 
     /// Crates that may do no I/O and run no async code.

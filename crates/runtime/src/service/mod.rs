@@ -18,6 +18,7 @@ mod channel;
 pub(crate) mod error;
 mod host;
 pub mod kit;
+mod terminal;
 mod types;
 pub mod voice;
 
@@ -29,6 +30,7 @@ pub use self::error::{ErrorCode, ServiceError};
 pub use self::host::{
     Host, HostOptions, INCOGNITO_MAX_THREADS, ShutdownReport, StartOptions, Swept,
 };
+pub use self::terminal::{CheckLevel, DoctorCheck, ENDPOINT_TIMEOUT};
 pub use self::types::{
     Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
     MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,

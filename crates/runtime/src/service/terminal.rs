@@ -1,0 +1,283 @@
+//! What the terminal client's `/doctor` (and `opencouch doctor`) asks the
+//! service: checks of the database, the data directory, the embedding
+//! model, the model endpoint and the crisis directory, each with a level
+//! and, when not ok, the fix. No check reads or shows message text.
+
+use std::time::Duration;
+
+use opencouch_config::Settings;
+use opencouch_core::RuntimeMode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::api::Service;
+use crate::semantic::SemanticStatus;
+
+/// How a check went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckLevel {
+    /// Fine.
+    Ok,
+    /// Works, with a limit worth knowing.
+    Warning,
+    /// Broken.
+    Error,
+}
+
+impl CheckLevel {
+    /// `ok`, `warning` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckLevel::Ok => "ok",
+            CheckLevel::Warning => "warning",
+            CheckLevel::Error => "error",
+        }
+    }
+}
+
+/// One line of the doctor's report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoctorCheck {
+    /// What was checked.
+    pub name: &'static str,
+    /// How it went.
+    pub level: CheckLevel,
+    /// What was found.
+    pub detail: String,
+    /// What to do, when not ok.
+    pub fix: Option<String>,
+}
+
+impl DoctorCheck {
+    fn new(name: &'static str, level: CheckLevel, detail: impl Into<String>) -> Self {
+        DoctorCheck {
+            name,
+            level,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// How long the model endpoint may take to answer the doctor.
+pub const ENDPOINT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Service {
+    /// The checks of `/doctor` for this service and the settings it was
+    /// started with. Makes at most one cheap request to the model endpoint
+    /// (bounded by [`ENDPOINT_TIMEOUT`]).
+    pub async fn doctor(&self, settings: &Settings) -> Vec<DoctorCheck> {
+        let mut checks = Vec::new();
+        let label = self.storage_label(opencouch_core::MemoryMode::Persistent);
+        checks.push(if self.store_ok().await {
+            DoctorCheck::new(
+                "database",
+                CheckLevel::Ok,
+                format!("{label} answers; migrations applied at start-up (schema {SCHEMA_VERSION})"),
+            )
+        } else {
+            DoctorCheck::new("database", CheckLevel::Error, format!("{label} does not answer"))
+                .fix("check --data-dir / --database-url (or OPENCOUCH_DATABASE_URL) and that the server runs")
+        });
+        if settings.database_url.is_none() {
+            checks.push(data_dir_check(settings));
+        }
+        checks.push(embedding_check(settings));
+        checks.push(endpoint_check(settings, self.mode()).await);
+        checks.push(match self.semantic_status() {
+            Some(status @ SemanticStatus::On) => {
+                DoctorCheck::new("semantic signal", CheckLevel::Ok, status.describe())
+            }
+            Some(status) => {
+                DoctorCheck::new("semantic signal", CheckLevel::Warning, status.describe())
+                    .fix("the deterministic crisis layers still run; see `opencouch config`")
+            }
+            None => DoctorCheck::new("semantic signal", CheckLevel::Warning, "off")
+                .fix("the deterministic crisis layers still run; see `opencouch config`"),
+        });
+        checks.push(match opencouch_safety::resources::directory() {
+            Ok(dir) => DoctorCheck::new(
+                "crisis directory",
+                CheckLevel::Ok,
+                format!(
+                    "recorded {}: {} resources, {} countries",
+                    dir.recorded,
+                    dir.resource.len(),
+                    dir.country.len()
+                ),
+            ),
+            Err(e) => DoctorCheck::new("crisis directory", CheckLevel::Error, e.to_string())
+                .fix("reinstall opencouch: the embedded directory does not load"),
+        });
+        checks
+    }
+}
+
+/// The schema version this build migrates to (the number of embedded
+/// migrations, the same for SQLite and PostgreSQL).
+const SCHEMA_VERSION: u32 = 5;
+
+fn data_dir_check(settings: &Settings) -> DoctorCheck {
+    let dir = settings.resolved_data_dir();
+    let Ok(meta) = std::fs::metadata(&dir) else {
+        return DoctorCheck::new(
+            "data directory",
+            CheckLevel::Warning,
+            format!("{} does not exist yet", dir.display()),
+        )
+        .fix("it is created (private, 0700) by the first `opencouch chat`");
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return DoctorCheck::new(
+                "data directory",
+                CheckLevel::Warning,
+                format!("{} is {mode:o}: others can read it", dir.display()),
+            )
+            .fix(format!("chmod 700 '{}'", dir.display()));
+        }
+        DoctorCheck::new(
+            "data directory",
+            CheckLevel::Ok,
+            format!("{} is {mode:o} (private)", dir.display()),
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        DoctorCheck::new("data directory", CheckLevel::Ok, dir.display().to_string())
+    }
+}
+
+fn embedding_check(settings: &Settings) -> DoctorCheck {
+    let detail = crate::embeddings::describe(settings);
+    if crate::embeddings::local_model(settings).is_some() || settings.embedding_model.is_some() {
+        DoctorCheck::new("embedding model", CheckLevel::Ok, detail)
+    } else {
+        DoctorCheck::new("embedding model", CheckLevel::Warning, detail)
+            .fix("`opencouch models install` adds the local all-MiniLM-L6-v2 model")
+    }
+}
+
+async fn endpoint_check(settings: &Settings, mode: RuntimeMode) -> DoctorCheck {
+    let name = "model endpoint";
+    if mode == RuntimeMode::Deterministic {
+        return DoctorCheck::new(name, CheckLevel::Ok, "not used (deterministic mode)");
+    }
+    let url = settings.base_url.trim_end_matches('/');
+    let shown = mask(url);
+    match tokio::time::timeout(ENDPOINT_TIMEOUT, probe(url)).await {
+        Ok(Ok(Probe::Http(status))) if status < 500 => DoctorCheck::new(
+            name,
+            CheckLevel::Ok,
+            format!("{shown} answers (HTTP {status} to GET /models)"),
+        ),
+        Ok(Ok(Probe::Http(status))) => DoctorCheck::new(
+            name,
+            CheckLevel::Warning,
+            format!("{shown} answers HTTP {status}"),
+        )
+        .fix("the model server reports an error; check its logs"),
+        Ok(Ok(Probe::Connected)) => DoctorCheck::new(
+            name,
+            CheckLevel::Ok,
+            format!("{shown} accepts connections (TLS and key not checked)"),
+        ),
+        Ok(Err(e)) => DoctorCheck::new(name, CheckLevel::Error, format!("{shown}: {e}")).fix(
+            "check OPENCOUCH_BASE_URL and that the model server runs, or use --mode deterministic",
+        ),
+        Err(_) => DoctorCheck::new(
+            name,
+            CheckLevel::Error,
+            format!(
+                "{shown} did not answer within {} s",
+                ENDPOINT_TIMEOUT.as_secs()
+            ),
+        )
+        .fix("check OPENCOUCH_BASE_URL and the network, or use --mode deterministic"),
+    }
+}
+
+enum Probe {
+    Http(u16),
+    Connected,
+}
+
+/// `scheme://host[:port]/path` → (tls, host, port, path).
+fn split_url(url: &str) -> Option<(bool, String, u16, String)> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        (false, url.strip_prefix("http://")?)
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_owned()),
+        None => (rest, String::new()),
+    };
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h.to_owned(), p.parse().ok()?),
+        _ => (authority.to_owned(), if tls { 443 } else { 80 }),
+    };
+    Some((tls, host, port, path))
+}
+
+/// One `GET {base}/models` over plain HTTP, or a connection for HTTPS.
+async fn probe(url: &str) -> Result<Probe, String> {
+    let (tls, host, port, path) = split_url(url).ok_or("not an http(s) URL")?;
+    let mut conn = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+        .await
+        .map_err(|e| format!("cannot connect ({})", e.kind()))?;
+    if tls {
+        return Ok(Probe::Connected);
+    }
+    let req = format!("GET {path}/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("write failed ({})", e.kind()))?;
+    let mut head = vec![0u8; 64];
+    let n = conn
+        .read(&mut head)
+        .await
+        .map_err(|e| format!("read failed ({})", e.kind()))?;
+    let text = String::from_utf8_lossy(&head[..n]);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .map(Probe::Http)
+        .ok_or_else(|| "not an HTTP answer".to_owned())
+}
+
+/// A URL without its user info (never show a password).
+pub(crate) fn mask(url: &str) -> String {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_and_mask() {
+        assert_eq!(
+            split_url("http://127.0.0.1:8080/v1"),
+            Some((false, "127.0.0.1".into(), 8080, "/v1".into()))
+        );
+        assert_eq!(
+            split_url("https://api.example.org/v1"),
+            Some((true, "api.example.org".into(), 443, "/v1".into()))
+        );
+        assert_eq!(split_url("ftp://x"), None);
+        assert_eq!(mask("https://u:p@h/v1"), "https://h/v1");
+    }
+}

@@ -107,10 +107,13 @@ fn crate_arrows_are_the_allowed_ones() {
                 "server",
                 "telemetry",
                 "telegram",
+                "tui",
             ],
         ),
         // A channel: the runtime's service, the core types and the settings.
         ("telegram", &["core", "config", "runtime"]),
+        // The terminal client: a channel like the others.
+        ("tui", &["core", "config", "runtime"]),
         ("testkit", &["core"]),
     ];
     let mut problems = Vec::new();

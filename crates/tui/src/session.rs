@@ -645,6 +645,7 @@ impl Session {
                     }
                 ),
             ),
+            ("trace export", self.service.trace_export().describe()),
             (
                 "trace",
                 match self.trace {

@@ -99,6 +99,16 @@ impl Service {
             None => DoctorCheck::new("semantic signal", CheckLevel::Warning, "off")
                 .fix("the deterministic crisis layers still run; see `opencouch config`"),
         });
+        let export = self.trace_export();
+        checks.push(if !export.enabled {
+            DoctorCheck::new("trace export", CheckLevel::Ok, export.describe())
+        } else if export.healthy() {
+            DoctorCheck::new("trace export", CheckLevel::Ok, export.describe())
+        } else {
+            DoctorCheck::new("trace export", CheckLevel::Warning, export.describe()).fix(
+                "check OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_HEADERS and that the collector runs; turns are not affected",
+            )
+        });
         checks.push(match opencouch_safety::resources::directory() {
             Ok(dir) => DoctorCheck::new(
                 "crisis directory",

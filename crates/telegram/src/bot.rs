@@ -390,7 +390,7 @@ pub fn session_thread(chat: i64) -> String {
 
 /// Turns a command text (`/end@my_bot args`) into its name.
 fn command_name(text: &str) -> Option<String> {
-    let first = text.trim().split_whitespace().next()?;
+    let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
     let name = name.split('@').next().unwrap_or(name);
     (!name.is_empty()).then(|| name.to_ascii_lowercase())

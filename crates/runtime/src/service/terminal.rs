@@ -100,9 +100,7 @@ impl Service {
                 .fix("the deterministic crisis layers still run; see `opencouch config`"),
         });
         let export = self.trace_export();
-        checks.push(if !export.enabled {
-            DoctorCheck::new("trace export", CheckLevel::Ok, export.describe())
-        } else if export.healthy() {
+        checks.push(if export.healthy() {
             DoctorCheck::new("trace export", CheckLevel::Ok, export.describe())
         } else {
             DoctorCheck::new("trace export", CheckLevel::Warning, export.describe()).fix(

@@ -210,8 +210,9 @@ async fn full_screen_session_in_tmux() {
 
     // A crisis turn shows the resources panel, which stays.
     tmux.line("I want to kill myself tonight, I have the pills ready");
+    // No country is known: the verified international directories.
     let screen = tmux.wait_for("You deserve support right now");
-    assert!(screen.contains("call "), "{screen}");
+    assert!(screen.contains("findahelpline.com"), "{screen}");
 
     // /end asks for feedback in the input box's title.
     tmux.line("/end");

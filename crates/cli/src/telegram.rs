@@ -41,7 +41,7 @@ pub async fn run(_args: &TelegramArgs, settings: opencouch_config::Settings) -> 
     };
     let name = me["username"].as_str().unwrap_or("your bot");
     eprintln!("Telegram bot @{name} is polling for messages (Ctrl-C to stop)");
-    let result = bot.run_polling(shutdown_signal()).await;
+    let result = bot.run_polling(opencouch_server::shutdown_signal()).await;
     let report = host.shutdown().await;
     tracing::info!(
         unfinished_turns = report.unfinished_turns,
@@ -84,27 +84,4 @@ pub fn webhook_routes(
         }
     });
     Some(routes)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
 }

@@ -485,7 +485,9 @@ fn spawn_limit_pruner(state: AppState, interval: Duration) -> tokio::task::JoinH
     })
 }
 
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM: the stop signal of every long-running
+/// command (`serve`, `telegram`).
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

@@ -165,15 +165,17 @@ async fn full_screen_session_in_tmux() {
         "{screen}"
     );
 
-    // A normal turn: the reply streams and ends as rendered markdown.
+    // A normal turn: the reply streams and ends as rendered markdown. The
+    // link's rendered form only appears once the stream is over (while it
+    // streams the raw `[a guide](…)` is on screen), so wait for that.
     tmux.line(sentinel);
-    let screen = tmux.wait_for("write one worry down");
+    let screen = tmux.wait_for("a guide (https://example.org)");
     assert!(
         screen.contains("That sounds heavy. Two small things:"),
         "{screen}"
     );
     assert!(screen.contains("• breathe out slowly"), "{screen}");
-    assert!(screen.contains("a guide (https://example.org)"), "{screen}");
+    assert!(screen.contains("write one worry down"), "{screen}");
     assert!(!screen.contains("**"), "{screen}");
 
     // The diagnostics panel.

@@ -135,6 +135,7 @@ fn rows(c: &ForgetMeCounts) -> Vec<(&'static str, u64)> {
         ("feedback answers", c.feedback),
         ("sign-in accounts", c.accounts),
         ("chat-app links", c.chat_links),
+        ("safety plans", c.safety_plan),
         ("crisis-log entries unlinked", c.crisis_log_unlinked),
     ]
     .into_iter()

@@ -11,6 +11,7 @@ pub mod exercise;
 pub mod fnv;
 pub mod io;
 pub mod message;
+pub mod safety_plan;
 pub mod state;
 pub mod stream;
 pub mod telemetry;
@@ -27,6 +28,7 @@ pub use enums::{
 pub use exercise::ExerciseState;
 pub use io::{AgentInput, AgentOutput, ResponseType};
 pub use message::Message;
+pub use safety_plan::SafetyPlan;
 pub use state::ThreadState;
 pub use stream::{Stage, StreamEvent};
 

@@ -37,6 +37,7 @@ mod policy_model;
 pub mod ports;
 mod reply;
 mod runtime;
+pub mod safety_plan;
 mod semantic;
 pub mod service;
 mod session;

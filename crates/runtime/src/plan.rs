@@ -19,6 +19,9 @@ pub enum PlanKind {
     GroundedLookup,
     GuidedExercise,
     MemoryControl,
+    /// The person's safety plan: the guided flow or showing it (app-owned,
+    /// no model; see `crate::safety_plan`).
+    SafetyPlan,
     Therapeutic,
 }
 
@@ -31,6 +34,7 @@ impl PlanKind {
             PlanKind::CrisisClarification
             | PlanKind::GuidedExercise
             | PlanKind::MemoryControl
+            | PlanKind::SafetyPlan
             | PlanKind::Therapeutic => Stage::LoadMemory,
         }
     }
@@ -42,7 +46,7 @@ impl PlanKind {
             PlanKind::CrisisClarification => Stage::CrisisClarification,
             PlanKind::GroundedLookup => Stage::GroundedLookup,
             PlanKind::GuidedExercise => Stage::GuidedExercise,
-            PlanKind::MemoryControl => Stage::MemoryControl,
+            PlanKind::MemoryControl | PlanKind::SafetyPlan => Stage::MemoryControl,
             PlanKind::Therapeutic => Stage::Therapeutic,
         }
     }
@@ -55,7 +59,7 @@ impl PlanKind {
             PlanKind::CrisisClarification | PlanKind::Therapeutic => Route::Therapeutic,
             PlanKind::GroundedLookup => Route::GroundedLookup,
             PlanKind::GuidedExercise => Route::GuidedExercise,
-            PlanKind::MemoryControl => Route::MemoryControl,
+            PlanKind::MemoryControl | PlanKind::SafetyPlan => Route::MemoryControl,
         }
     }
 
@@ -74,6 +78,7 @@ impl PlanKind {
             PlanKind::GroundedLookup => "grounded_lookup",
             PlanKind::GuidedExercise => "guided_exercise",
             PlanKind::MemoryControl => "memory_control",
+            PlanKind::SafetyPlan => "safety_plan",
             PlanKind::Therapeutic => "therapeutic",
         }
     }
@@ -108,6 +113,24 @@ pub struct RoutePlan {
     pub tentative_route: Option<Route>,
     pub secondary_route: Option<Route>,
     pub clarification_kind: ClarificationKind,
+}
+
+/// The plan of a safety-plan turn (decided by the app before triage, on a
+/// turn below the clarification level: the guided flow is under way or
+/// the person asked for their plan). A running exercise is kept.
+pub fn safety_plan(exercise_active: bool) -> RoutePlan {
+    RoutePlan {
+        kind: PlanKind::SafetyPlan,
+        style: ResponseStyle::MemoryControl,
+        flow_action: if exercise_active {
+            FlowAction::Preserve
+        } else {
+            FlowAction::None
+        },
+        tentative_route: None,
+        secondary_route: None,
+        clarification_kind: ClarificationKind::None,
+    }
 }
 
 /// Resolves the plan. `exercise_active` is whether the thread has an

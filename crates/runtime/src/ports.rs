@@ -10,7 +10,7 @@ use opencouch_core::MemoryMode;
 use opencouch_llm::ChatModel;
 use opencouch_memory::Embedder;
 use opencouch_memory::assist::PolicyModel;
-use opencouch_store::MemoryStore;
+use opencouch_store::{MemoryStore, SafetyPlanStore};
 
 /// A shared embedding provider.
 pub type EmbedderHandle = Arc<dyn Embedder>;
@@ -59,6 +59,9 @@ pub struct MemoryPorts {
     pub index_cache: Arc<opencouch_memory::IndexCache>,
     /// The write policy's model side (hybrid mode, persistent memory only).
     pub policy_model: Option<Arc<dyn PolicyModel>>,
+    /// The person's safety plans (persistent memory only: an incognito
+    /// runtime has none, so it can never write one).
+    pub safety_plans: Option<Arc<dyn SafetyPlanStore>>,
 }
 
 impl MemoryPorts {
@@ -70,6 +73,7 @@ impl MemoryPorts {
             embedder: None,
             index_cache: Arc::default(),
             policy_model: None,
+            safety_plans: None,
         }
     }
 

@@ -163,6 +163,9 @@ impl Runtime {
         };
         let mut memory = MemoryPorts::new(memory_mode, stores.memory.clone());
         memory.policy_model = policy_model;
+        if memory_mode == MemoryMode::Persistent {
+            memory.safety_plans = Some(stores.safety_plans.clone());
+        }
         let ports = Ports {
             model: ModelPort::new(model, opts.model_timeout),
             memory,

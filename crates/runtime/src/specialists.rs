@@ -42,6 +42,15 @@ pub async fn run(ports: &Ports, si: SpecialistInput<'_>) -> SpecialistOutcome {
         PlanKind::GroundedLookup => grounded(ports, &si).await,
         PlanKind::GuidedExercise => crate::exercise::run(ports, &si).await,
         PlanKind::MemoryControl => crate::memory::control_turn(ports, &si).await,
+        PlanKind::SafetyPlan => {
+            crate::safety_plan::run(
+                ports.memory.safety_plans.as_ref(),
+                si.input.owner_id(),
+                crate::safety_plan::Flow::of(si.state),
+                &si.input.message,
+            )
+            .await
+        }
         PlanKind::Therapeutic => therapeutic(ports, &si).await,
     };
     // A crisis mid-exercise clears the exercise.
@@ -221,8 +230,13 @@ async fn crisis_response(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistO
         let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
         let verified = crisis_text(assessment, follow_up.as_ref(), &lookup);
         // Never an invented number: any number the model wrote must be
-        // one of the verified ones, else the deterministic reply is used.
-        let text = if text.trim().is_empty() || !numbers_verified(&text, &verified) {
+        // one of the verified ones (or one the person entered in their own
+        // safety plan), else the deterministic reply is used.
+        let allowed = format!(
+            "{verified}\n{}",
+            crate::safety_plan::own_numbers(si.own_plan).join("\n")
+        );
+        let text = if text.trim().is_empty() || !numbers_verified(&text, &allowed) {
             diag.set("crisis_model_reply_rejected", true);
             verified
         } else {

@@ -55,6 +55,9 @@ pub struct SpecialistInput<'a> {
     /// Where a specialist that streams its reply writes it (only the
     /// therapeutic one does; see [`crate::reply`]).
     pub reply: &'a ReplyOut,
+    /// The person's own safety plan, read for a crisis turn only (its
+    /// numbers are theirs, which the crisis reply's number check accepts).
+    pub own_plan: Option<&'a opencouch_core::SafetyPlan>,
 }
 
 /// An open crisis episode and the gate's decision for this turn.
@@ -95,6 +98,13 @@ pub struct SpecialistOutcome {
     pub privacy_request: bool,
     /// Keys merged into `session_progress` (by key).
     pub progress_extra: serde_json::Map<String, Value>,
+    /// What the person is shown when it differs from `text`, which is what
+    /// the transcript keeps (a shown safety plan stays out of the
+    /// transcript, so no later turn sends it to a model).
+    pub shown_text: Option<String>,
+    /// What the transcript keeps instead of the person's message (an
+    /// answer kept in their safety plan).
+    pub stored_user_text: Option<String>,
 }
 
 pub(crate) fn tool_context(memory_mode: MemoryMode, si: &SpecialistInput<'_>) -> ToolContext {

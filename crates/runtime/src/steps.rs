@@ -145,7 +145,10 @@ pub(crate) struct Answered<'a> {
 /// classifier's view of earlier turns.
 pub(crate) fn transcript_messages(a: &Answered<'_>, replied_at: DateTime<Utc>) -> Vec<Message> {
     let route = a.plan.kind.route();
-    let mut user_msg = Message::user(&a.input.message);
+    // An answer kept in the person's safety plan stays out of the
+    // transcript (a placeholder instead), as does a shown plan.
+    let said = a.outcome.stored_user_text.as_deref();
+    let mut user_msg = Message::user(said.unwrap_or(&a.input.message));
     user_msg.crisis_level = Some(a.verdict.own_level().get());
     user_msg.at = Some(a.now);
     let mut assistant_msg = Message::assistant(&a.outcome.text);
@@ -295,7 +298,11 @@ pub(crate) fn output(
     let crisis = a.verdict.assessment().level.needs_crisis_response();
     AgentOutput {
         thread_id: a.input.thread_id.clone(),
-        response_text: a.outcome.text.clone(),
+        response_text: a
+            .outcome
+            .shown_text
+            .clone()
+            .unwrap_or_else(|| a.outcome.text.clone()),
         response_type: if crisis {
             ResponseType::Crisis
         } else {

@@ -370,6 +370,7 @@ pub(crate) async fn execute(
             history: &session_history,
             first_turn_of_session,
             reply: &reply,
+            started,
         },
         &mut diagnostics,
     );
@@ -394,6 +395,21 @@ pub(crate) async fn execute(
     };
     diagnostics.merge(outcome.diagnostics.clone());
     outcome.text = steps::with_closing_acknowledgement(&outcome.text, decision.as_ref());
+    if let Some(shown) = &outcome.shown_text {
+        outcome.shown_text = Some(steps::with_closing_acknowledgement(
+            shown,
+            decision.as_ref(),
+        ));
+    }
+    safety_plan_offer(
+        rt,
+        &input,
+        &state,
+        decision.as_ref(),
+        &route_plan,
+        &mut outcome,
+    )
+    .await;
 
     // 7. Fold the outcome into the state, the memory buffer and the session
     // row (all pure), then commit.
@@ -579,6 +595,8 @@ struct Question<'a> {
     history: &'a [Message],
     first_turn_of_session: bool,
     reply: &'a crate::reply::ReplyOut,
+    /// When the turn started (the crisis bound counts from here).
+    started: Instant,
 }
 
 /// What it produced.
@@ -600,7 +618,12 @@ async fn answer(
 ) -> Answer {
     let inner = &rt.inner;
     let level = q.verdict.assessment().level;
-    let triage = if steps::needs_triage(level, q.decision) {
+    // The safety plan's flow and requests are the app's, decided before
+    // triage (no model), below the clarification level only.
+    let plan_turn = !level.needs_crisis_response()
+        && !level.needs_clarification()
+        && crate::safety_plan::takes_turn(q.state, &input.message);
+    let triage = if !plan_turn && steps::needs_triage(level, q.decision) {
         events.status(Stage::Triage).await;
         let stage = spans::Stage::start("triage", "triage_ms");
         let (decision, triage_diag) =
@@ -614,7 +637,12 @@ async fn answer(
         None
     };
     let stage = spans::Stage::start("plan", "plan_ms");
-    let route_plan = plan::resolve(q.verdict, triage.as_ref(), q.state.exercise_state.is_some());
+    let exercise_active = q.state.exercise_state.is_some();
+    let route_plan = if plan_turn {
+        plan::safety_plan(exercise_active)
+    } else {
+        plan::resolve(q.verdict, triage.as_ref(), exercise_active)
+    };
     steps::plan_diagnostics(diagnostics, &route_plan);
     stage.outcome(route_plan.kind.as_str());
     stage.end(diagnostics);
@@ -643,6 +671,23 @@ async fn answer(
     if route_plan.kind.specialist_stage() != route_plan.kind.stage() {
         events.status(route_plan.kind.specialist_stage()).await;
     }
+    // A crisis reply shows the person's own safety plan, read within what
+    // is left of the crisis bound (past it the reply goes out without).
+    let own_plan = if route_plan.kind == plan::PlanKind::CrisisResponse {
+        let left = inner
+            .opts
+            .storage_crisis_bound
+            .saturating_sub(q.started.elapsed());
+        crate::safety_plan::load_for_crisis(
+            inner.ports.memory.safety_plans.as_ref(),
+            input.owner_id(),
+            left,
+            diagnostics,
+        )
+        .await
+    } else {
+        None
+    };
     let spec_input = SpecialistInput {
         verdict: q.verdict,
         plan: &route_plan,
@@ -653,17 +698,71 @@ async fn answer(
         memory: memory.as_ref(),
         episode: q.episode,
         reply: q.reply,
+        own_plan: own_plan.as_ref(),
     };
     let stage = spans::Stage::start("specialist", "specialist_ms");
-    let outcome = specialists::run(&inner.ports, spec_input)
+    let mut outcome = specialists::run(&inner.ports, spec_input)
         .instrument(stage.span())
         .await;
+    if let Some(plan) = &own_plan
+        && outcome.crisis.is_some()
+        && let Some((shown, stored)) =
+            crate::safety_plan::with_plan(&outcome.text, plan, &outcome.resources)
+    {
+        outcome.text = stored;
+        outcome.shown_text = Some(shown);
+        diagnostics.set("safety_plan", "shown");
+    }
     stage.outcome(outcome.style.as_str());
     stage.end(diagnostics);
     Answer {
         triage,
         route_plan,
         outcome,
+    }
+}
+
+/// The safety plan's offer on the turn that closes a crisis episode (when
+/// the person's plan has a gap and memory is persistent), and the end of an
+/// offer the person did not take up.
+async fn safety_plan_offer(
+    rt: &Runtime,
+    input: &AgentInput,
+    state: &ThreadState,
+    decision: Option<&opencouch_safety::episode::FollowUpDecision>,
+    route_plan: &plan::RoutePlan,
+    outcome: &mut specialists::SpecialistOutcome,
+) {
+    use crate::safety_plan::{FLOW_KEY, Flow};
+    if route_plan.kind == plan::PlanKind::SafetyPlan {
+        return;
+    }
+    let closes = decision.is_some_and(|d| d.close.is_some());
+    let offer = if closes {
+        crate::safety_plan::offer(
+            rt.inner.ports.memory.safety_plans.as_ref(),
+            input.owner_id(),
+        )
+        .await
+    } else {
+        None
+    };
+    match offer {
+        Some(text) => {
+            outcome.text = format!("{}\n\n{text}", outcome.text.trim_end());
+            if let Some(shown) = &mut outcome.shown_text {
+                *shown = format!("{}\n\n{text}", shown.trim_end());
+            }
+            outcome
+                .progress_extra
+                .insert(FLOW_KEY.to_owned(), Flow::value(Some(Flow::Offered)));
+        }
+        None if Flow::of(state).is_some() => {
+            outcome
+                .progress_extra
+                .insert(FLOW_KEY.to_owned(), Flow::value(None));
+        }
+        None => {}
     }
 }
 

@@ -23,6 +23,7 @@ pub mod grammar;
 pub mod language;
 pub mod learned;
 pub mod normalize;
+pub mod personal_plan;
 pub mod plan;
 pub mod prompt;
 pub mod resources;
@@ -43,7 +44,8 @@ pub use resources::{
 };
 
 /// Loads every embedded data file the gate needs (phrase families, grammar
-/// lexicon, normalization tables, the learned layer, the resource directory)
+/// lexicon, normalization tables, the learned layer, the resource directory,
+/// the safety plan's wording)
 /// and reports the first that fails. Called at start-up, so a broken build
 /// stops the program instead of running a quieter gate.
 ///
@@ -55,5 +57,6 @@ pub fn check_data() -> Result<(), SafetyError> {
     normalize::load_tables()?;
     learned::LearnedGate::embedded().map_err(Clone::clone)?;
     resources::directory().map_err(Clone::clone)?;
+    personal_plan::texts().map_err(Clone::clone)?;
     Ok(())
 }

@@ -269,7 +269,8 @@ pub fn contact_methods(r: &CrisisResource) -> Vec<String> {
     parts
 }
 
-fn format_resource(r: &CrisisResource) -> String {
+/// One verified resource as a line: its name, how to reach it, its hours.
+pub fn format_resource(r: &CrisisResource) -> String {
     let mut parts = contact_methods(r);
     if let Some(c) = &r.chat_url {
         parts.push(format!("chat at {c}"));

@@ -44,6 +44,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/memory/progress", get(memory_progress))
         .route("/api/memory/{kind}", get(memory_list))
         .route("/api/memory/{kind}/{n}", delete(memory_delete))
+        .route(
+            "/api/safety-plan",
+            get(crate::safety_plan::get_plan)
+                .put(crate::safety_plan::put_plan)
+                .delete(crate::safety_plan::delete_plan),
+        )
         .route("/api/export", get(crate::owner_data::export))
         .route("/api/forget-me", post(crate::owner_data::forget_me_prepare))
         .route(
@@ -73,6 +79,12 @@ pub fn router(state: AppState) -> Router {
             get(crate::web::swagger_asset),
         )
         .route("/api/health", get(health))
+        // Outside the token guard: the verified lines for anyone, the plan
+        // for a caller whose token checks out (see `safety_plan.rs`).
+        .route(
+            "/api/sos",
+            get(crate::safety_plan::sos).layer(middleware::map_response(crate::guard::no_store)),
+        )
         .route("/api/openapi.json", get(openapi))
         .merge(protected)
         .fallback(not_found_route)

@@ -17,6 +17,7 @@ pub mod metrics;
 mod owner_data;
 pub mod progress;
 mod routes;
+mod safety_plan;
 mod trace;
 mod voice;
 pub mod web;

@@ -20,11 +20,13 @@ use chrono::{DateTime, NaiveDate, Utc};
 use crate::Stores;
 use crate::error::{StoreError, StoreResult};
 use crate::records::{
-    ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, MemoryKind, MemoryRecord, ThreadCursor,
-    ThreadPage, ThreadSnapshot, TranscriptEntry, TurnCommit,
+    ApiUser, CommitOutcome, CrisisRecord, DailyCrisisCount, MemoryKind, MemoryRecord,
+    SafetyPlanRecord, ThreadCursor, ThreadPage, ThreadSnapshot, TranscriptEntry, TurnCommit,
 };
 use crate::session::ActiveSession;
-use crate::traits::{CrisisLog, MemoryStore, SessionStore, ThreadStore, UserStore};
+use crate::traits::{
+    CrisisLog, MemoryStore, SafetyPlanStore, SessionStore, ThreadStore, UserStore,
+};
 
 /// Which group of operations fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +37,7 @@ pub enum Fault {
     /// Writes of threads and sessions (`commit_turn`, `delete_thread`,
     /// session `put` / `mark_finalize_required` / `clear`).
     Commit,
-    /// Every memory-record operation.
+    /// Every memory-record operation, and every safety-plan operation.
     Memory,
     /// Crisis-log appends and reads.
     CrisisLog,
@@ -111,7 +113,7 @@ impl FaultSwitch {
     }
 }
 
-/// Wraps `inner`: threads, sessions, memory, the crisis log and users go
+/// Wraps `inner`: threads, sessions, memory, safety plans, the crisis log and users go
 /// through the returned switch; feedback, voice, the owner store, the
 /// channel store and the locks are `inner`'s.
 pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
@@ -127,9 +129,10 @@ pub fn with_faults(inner: Stores) -> (Stores, FaultSwitch) {
         crisis: wrapped.clone(),
         feedback: inner.feedback.clone(),
         voice: inner.voice.clone(),
-        users: wrapped,
+        users: wrapped.clone(),
         owners: inner.owners.clone(),
         channels: inner.channels.clone(),
+        safety_plans: wrapped.clone(),
         locks: inner.locks.clone(),
         backend: inner.backend(),
     };
@@ -253,6 +256,24 @@ impl MemoryStore for Faulty {
     async fn revision(&self, owner_id: &str, kind: MemoryKind) -> StoreResult<u64> {
         self.switch.check(Fault::Memory).await?;
         self.inner.memory.revision(owner_id, kind).await
+    }
+}
+
+#[async_trait]
+impl SafetyPlanStore for Faulty {
+    async fn safety_plan(&self, owner: &str) -> StoreResult<Option<SafetyPlanRecord>> {
+        self.switch.check(Fault::Memory).await?;
+        self.inner.safety_plans.safety_plan(owner).await
+    }
+
+    async fn put_safety_plan(&self, record: &SafetyPlanRecord) -> StoreResult<()> {
+        self.switch.check(Fault::Memory).await?;
+        self.inner.safety_plans.put_safety_plan(record).await
+    }
+
+    async fn delete_safety_plan(&self, owner: &str) -> StoreResult<bool> {
+        self.switch.check(Fault::Memory).await?;
+        self.inner.safety_plans.delete_safety_plan(owner).await
     }
 }
 

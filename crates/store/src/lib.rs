@@ -30,6 +30,7 @@ pub mod lock;
 pub mod memory;
 pub mod postgres;
 pub mod records;
+pub mod safety_plans;
 pub mod session;
 mod sql;
 pub mod sqlite;
@@ -48,15 +49,15 @@ pub use postgres::PgStores;
 pub use records::{
     ApiUser, ChatRecord, CommitOutcome, CrisisEventType, CrisisRecord, DailyCrisisCount, Embedding,
     FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord, OwnerCounts,
-    ResponsePath, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
-    TraceRuntimeMode, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
+    ResponsePath, SafetyPlanRecord, SessionWrite, ThreadCursor, ThreadPage, ThreadSnapshot,
+    ThreadSummary, TraceRuntimeMode, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
     VoiceFinalizationState, opaque_session_id, thread_belongs_to, thread_owner,
 };
 pub use session::{ActiveSession, DEFAULT_SESSION_TIMEOUT, SessionStatus, session_status};
 pub use sqlite::SqliteStores;
 pub use traits::{
-    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SessionStore, ThreadStore,
-    UserStore, VoiceFinalizationStore,
+    ChannelStore, CrisisLog, FeedbackStore, MemoryStore, OwnerStore, SafetyPlanStore, SessionStore,
+    ThreadStore, UserStore, VoiceFinalizationStore,
 };
 
 /// Which backend a [`Stores`] bundle uses.
@@ -91,6 +92,8 @@ pub struct Stores {
     pub owners: Arc<dyn OwnerStore>,
     /// Chat channels' update cursors and chat registry.
     pub channels: Arc<dyn ChannelStore>,
+    /// Personal safety plans.
+    pub safety_plans: Arc<dyn SafetyPlanStore>,
     /// Per-thread and global locks.
     pub locks: ThreadLocks,
     backend: Backend,
@@ -118,6 +121,7 @@ impl Stores {
             + UserStore
             + OwnerStore
             + ChannelStore
+            + SafetyPlanStore
             + 'static,
     {
         Stores {
@@ -129,7 +133,8 @@ impl Stores {
             voice: backend.clone(),
             users: backend.clone(),
             owners: backend.clone(),
-            channels: backend,
+            channels: backend.clone(),
+            safety_plans: backend,
             locks,
             backend: kind,
         }

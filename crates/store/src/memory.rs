@@ -46,6 +46,7 @@ struct Inner {
     feedback: Vec<FeedbackRecord>,
     voice: HashMap<String, VoiceFinalization>,
     channels: ChannelMaps,
+    safety_plans: HashMap<String, crate::records::SafetyPlanRecord>,
 }
 
 impl Inner {
@@ -111,6 +112,7 @@ impl Inner {
                 .values()
                 .filter(|c| c.owner_id == owner)
                 .count() as u64,
+            safety_plans: u64::from(self.safety_plans.contains_key(owner)),
             crisis_log_unlinked: self
                 .crisis
                 .iter()
@@ -150,6 +152,14 @@ impl MemoryBackend {
     /// Runs `f` on the channel tables (see `channels.rs`).
     pub(crate) fn with_channels<R>(&self, f: impl FnOnce(&mut ChannelMaps) -> R) -> R {
         f(&mut self.lock().channels)
+    }
+
+    /// Runs `f` on the safety plans (see `safety_plans.rs`).
+    pub(crate) fn with_safety_plans<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<String, crate::records::SafetyPlanRecord>) -> R,
+    ) -> R {
+        f(&mut self.lock().safety_plans)
     }
 
     /// The API users (see `users.rs`).
@@ -489,6 +499,7 @@ impl OwnerStore for MemoryBackend {
         inner.voice.retain(|id, _| !keyed(id));
         inner.memory.retain(|(o, _), _| o != owner);
         inner.channels.chats.retain(|_, c| c.owner_id != owner);
+        inner.safety_plans.remove(owner);
         inner.memory_revisions.retain(|(o, _), _| o != owner);
         inner
             .feedback

@@ -513,6 +513,9 @@ pub struct OwnerCounts {
     /// Chat-channel registry rows of the owner's chats (`channel_chats`:
     /// which thread a Telegram chat talks in).
     pub channel_chats: u64,
+    /// The owner's personal safety plan (`safety_plans`: 0 or 1).
+    #[serde(default)]
+    pub safety_plans: u64,
     /// Crisis-log rows that name the owner (`crisis_log`): kept, with the
     /// user id cleared.
     pub crisis_log_unlinked: u64,
@@ -532,6 +535,7 @@ impl OwnerCounts {
             + self.feedback
             + self.api_users
             + self.channel_chats
+            + self.safety_plans
     }
 }
 
@@ -548,6 +552,7 @@ impl std::ops::AddAssign for OwnerCounts {
         self.feedback += o.feedback;
         self.api_users += o.api_users;
         self.channel_chats += o.channel_chats;
+        self.safety_plans += o.safety_plans;
         self.crisis_log_unlinked += o.crisis_log_unlinked;
     }
 }
@@ -681,6 +686,18 @@ mod tests {
         assert_eq!(embedding_from_le_bytes(&embedding_to_le_bytes(&v)), Some(v));
         assert_eq!(embedding_from_le_bytes(&[1, 2, 3]), None);
     }
+}
+
+/// A person's safety plan as stored: the document the runtime validated
+/// (`opencouch_core::SafetyPlan` as JSON) and when it last changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SafetyPlanRecord {
+    /// The owner (the memory owner: user id, else the thread).
+    pub owner_id: String,
+    /// The plan document.
+    pub value: Value,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
 }
 
 /// One chat of a channel, as the registry keeps it.

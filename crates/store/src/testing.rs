@@ -171,6 +171,7 @@ pub const SCHEMA_TABLES: &[(&str, TableRole)] = &[
     ("api_users", TableRole::Owner),
     ("crisis_log", TableRole::Owner),
     ("channel_chats", TableRole::Owner),
+    ("safety_plans", TableRole::Owner),
     (
         "channel_cursors",
         TableRole::Exempt("one update offset per channel (a number), no owner"),

@@ -7,8 +7,8 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use crate::error::StoreResult;
 use crate::records::{
     ApiUser, ChatRecord, CommitOutcome, CrisisRecord, DailyCrisisCount, FeedbackRecord, MemoryKind,
-    MemoryRecord, OwnerCounts, ThreadCursor, ThreadPage, ThreadSnapshot, ThreadSummary,
-    TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
+    MemoryRecord, OwnerCounts, SafetyPlanRecord, ThreadCursor, ThreadPage, ThreadSnapshot,
+    ThreadSummary, TranscriptEntry, TurnCommit, TurnLoad, VoiceFinalization,
 };
 use crate::session::{ActiveSession, SessionStatus, session_status};
 
@@ -273,6 +273,20 @@ pub trait OwnerStore: Send + Sync {
     /// kept (anonymous audit counts) with the user id cleared. Returns what
     /// was deleted and unlinked. Other owners' rows are untouched.
     async fn delete_owner(&self, owner: &str) -> StoreResult<OwnerCounts>;
+}
+
+/// Personal safety plans (see `safety_plans.rs`): one per owner, in the
+/// persistent store only. `StoreError::Invalid` for an empty owner.
+#[async_trait]
+pub trait SafetyPlanStore: Send + Sync {
+    /// The owner's plan, when one was saved.
+    async fn safety_plan(&self, owner: &str) -> StoreResult<Option<SafetyPlanRecord>>;
+
+    /// Inserts or replaces the owner's plan.
+    async fn put_safety_plan(&self, record: &SafetyPlanRecord) -> StoreResult<()>;
+
+    /// Deletes the owner's plan; returns whether there was one.
+    async fn delete_safety_plan(&self, owner: &str) -> StoreResult<bool>;
 }
 
 /// Chat channels' durable state (see `channels.rs`): the platform update

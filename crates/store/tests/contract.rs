@@ -17,9 +17,9 @@ use opencouch_store::session::REASON_INTERRUPTED;
 use opencouch_store::{
     ActiveSession, ApiUser, ChatRecord, CrisisEventType, CrisisRecord, DEFAULT_SESSION_TIMEOUT,
     Embedding, FeedbackLabel, FeedbackRecord, FeedbackSource, MemoryKind, MemoryRecord,
-    OwnerCounts, PgStores, ResponsePath, SWEEPER_LOCK, SessionStatus, SessionWrite, SqliteStores,
-    StoreError, Stores, ThreadCursor, TraceRuntimeMode, TurnCommit, TurnLoad, VoiceFinalization,
-    VoiceFinalizationState, opaque_session_id,
+    OwnerCounts, PgStores, ResponsePath, SWEEPER_LOCK, SafetyPlanRecord, SessionStatus,
+    SessionWrite, SqliteStores, StoreError, Stores, ThreadCursor, TraceRuntimeMode, TurnCommit,
+    TurnLoad, VoiceFinalization, VoiceFinalizationState, opaque_session_id,
 };
 use serde_json::json;
 
@@ -1289,6 +1289,14 @@ async fn seed_owner(s: &Stores, owner: &str, marker: &str, hash_digit: char) -> 
         .put_chat(&chat_record(owner, &format!("chat-{owner}"), marker))
         .await
         .expect("chat registry row");
+    s.safety_plans
+        .put_safety_plan(&SafetyPlanRecord {
+            owner_id: owner.to_owned(),
+            value: json!({"coping": [format!("{marker} plan")]}),
+            updated_at: at,
+        })
+        .await
+        .expect("safety plan");
     OwnerCounts {
         threads: 3,
         messages: 8,
@@ -1301,6 +1309,7 @@ async fn seed_owner(s: &Stores, owner: &str, marker: &str, hash_digit: char) -> 
         feedback: 1,
         api_users: 2,
         channel_chats: 1,
+        safety_plans: 1,
         crisis_log_unlinked: 2,
     }
 }
@@ -1378,6 +1387,42 @@ async fn channel_state(s: &Stores) {
     assert!(c.delete_chat("telegram", "42").await.expect("delete"));
     assert!(!c.delete_chat("telegram", "42").await.expect("delete again"));
     assert!(c.chat("telegram", "42").await.expect("chat").is_none());
+}
+
+/// Safety plans: one per owner, replaced whole, deleted once; an empty
+/// owner is refused; a JSON document comes back as written.
+async fn safety_plans(s: &Stores) {
+    let p = &s.safety_plans;
+    assert_eq!(p.safety_plan("ana").await.expect("read"), None);
+    let mut plan = SafetyPlanRecord {
+        owner_id: "ana".into(),
+        value: json!({"coping": ["a walk, then tea"], "people": [{"name": "Jo", "phone": "+44 7700 900123"}]}),
+        updated_at: t0(),
+    };
+    p.put_safety_plan(&plan).await.expect("put");
+    assert_eq!(
+        p.safety_plan("ana").await.expect("read"),
+        Some(plan.clone())
+    );
+    plan.value = json!({"reasons_to_live": ["my cat, ünïcödé ✓"]});
+    plan.updated_at = t0() + chrono::Duration::minutes(5);
+    p.put_safety_plan(&plan).await.expect("replace");
+    assert_eq!(
+        p.safety_plan("ana").await.expect("read"),
+        Some(plan.clone())
+    );
+    assert_eq!(p.safety_plan("bo").await.expect("other owner"), None);
+    assert!(matches!(
+        p.put_safety_plan(&SafetyPlanRecord {
+            owner_id: String::new(),
+            ..plan.clone()
+        })
+        .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(p.delete_safety_plan("ana").await.expect("delete"));
+    assert!(!p.delete_safety_plan("ana").await.expect("delete again"));
+    assert_eq!(p.safety_plan("ana").await.expect("read"), None);
 }
 
 /// Export reads and forget-me deletes exactly one owner's rows: counts
@@ -1590,6 +1635,7 @@ contract!(
     dropped_guards_serialize,
     owner_data,
     channel_state,
+    safety_plans,
 );
 
 /// A representative first read/append after start-up.

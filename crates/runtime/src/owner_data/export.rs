@@ -107,6 +107,9 @@ pub struct ExportDocument {
     pub exercises: ExportExercises,
     /// Thumbs given at the end of sessions.
     pub feedback: Vec<ExportFeedback>,
+    /// The personal safety plan, when one is kept (as stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_plan: Option<serde_json::Value>,
 }
 
 /// One conversation.
@@ -586,7 +589,13 @@ impl Service {
                 source: f.source.as_str().to_owned(),
             })
             .collect();
+        let safety_plan = stores
+            .safety_plans
+            .safety_plan(owner)
+            .await?
+            .map(|r| r.value);
         Ok(ExportDocument {
+            safety_plan,
             schema: EXPORT_SCHEMA.to_owned(),
             exported_at: Utc::now(),
             owner: owner.to_owned(),

@@ -69,6 +69,9 @@ pub struct ForgetMeCounts {
     /// Chat-app links (a Telegram chat and the conversation it talks in).
     #[serde(default)]
     pub chat_links: u64,
+    /// The personal safety plan (0 or 1).
+    #[serde(default)]
+    pub safety_plan: u64,
     /// Crisis-support log entries: kept as anonymous counts, the link to
     /// the owner removed.
     pub crisis_log_unlinked: u64,
@@ -87,6 +90,7 @@ impl ForgetMeCounts {
             + self.feedback
             + self.accounts
             + self.chat_links
+            + self.safety_plan
     }
 
     /// Whether there is nothing to delete or unlink.
@@ -133,6 +137,7 @@ impl ForgetMeCounts {
             n(self.feedback, "feedback answer", "feedback answers"),
             n(self.accounts, "sign-in account", "sign-in accounts"),
             n(self.chat_links, "chat-app link", "chat-app links"),
+            n(self.safety_plan, "safety plan", "safety plans"),
         ]
         .into_iter()
         .flatten()
@@ -153,6 +158,7 @@ impl From<OwnerCounts> for ForgetMeCounts {
             feedback: c.feedback,
             accounts: c.api_users,
             chat_links: c.channel_chats,
+            safety_plan: c.safety_plans,
             crisis_log_unlinked: c.crisis_log_unlinked,
         }
     }

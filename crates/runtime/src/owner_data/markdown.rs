@@ -227,6 +227,7 @@ pub(super) fn render(doc: &ExportDocument) -> String {
         doc.schema
     );
     memory_section(&mut out, doc);
+    safety_plan_section(&mut out, doc);
     progress_section(&mut out, doc);
     out.push_str("## Conversations\n\n");
     if doc.threads.is_empty() {
@@ -249,6 +250,47 @@ pub(super) fn render(doc: &ExportDocument) -> String {
         );
     }
     out
+}
+
+/// The safety plan, section by section (a stored plan that no longer
+/// decodes is shown as its JSON).
+fn safety_plan_section(out: &mut String, doc: &ExportDocument) {
+    let Some(value) = &doc.safety_plan else {
+        return;
+    };
+    out.push_str("## Safety plan\n\n");
+    match serde_json::from_value::<opencouch_core::SafetyPlan>(value.clone()) {
+        Ok(plan) => {
+            for section in opencouch_core::safety_plan::Section::ALL {
+                let entries: Vec<String> = match plan.contacts(section) {
+                    Some(cs) => cs
+                        .iter()
+                        .map(|c| match &c.phone {
+                            Some(p) => format!("{} ({})", inline(&c.name), inline(p)),
+                            None => inline(&c.name),
+                        })
+                        .collect(),
+                    None => plan
+                        .texts(section)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|t| inline(t))
+                        .collect(),
+                };
+                if entries.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(out, "### {}\n", section.title());
+                for e in entries {
+                    let _ = writeln!(out, "- {e}");
+                }
+                out.push('\n');
+            }
+        }
+        Err(_) => {
+            let _ = writeln!(out, "```json\n{value}\n```\n");
+        }
+    }
 }
 
 #[cfg(test)]

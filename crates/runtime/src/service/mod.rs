@@ -10,14 +10,16 @@
 //! It offers turns (whole or streamed; [`kit`] folds a stream into what a
 //! text channel shows), session end with feedback, thread listing and
 //! history, memory status / list / recall toggle / forget (prepare →
-//! confirm) / clear, the exercise catalog and progress, and an owner's
-//! export and forget-me. No store, memory or runtime type crosses it.
+//! confirm) / clear, the person's safety plan and the "I need help now"
+//! view, the exercise catalog and progress, and an owner's export and
+//! forget-me. No store, memory or runtime type crosses it.
 
 pub(crate) mod api;
 mod channel;
 pub(crate) mod error;
 mod host;
 pub mod kit;
+mod safety_plan;
 mod terminal;
 mod types;
 pub mod voice;
@@ -30,6 +32,7 @@ pub use self::error::{ErrorCode, ServiceError};
 pub use self::host::{
     Host, HostOptions, INCOGNITO_MAX_THREADS, ShutdownReport, StartOptions, Swept,
 };
+pub use self::safety_plan::{SafetyPlanView, Sos, SosPlan};
 pub use self::terminal::{CheckLevel, DoctorCheck, ENDPOINT_TIMEOUT};
 pub use self::types::{
     Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,

@@ -127,7 +127,7 @@ impl Service {
 
 /// The schema version this build migrates to (the number of embedded
 /// migrations, the same for SQLite and PostgreSQL).
-const SCHEMA_VERSION: u32 = 5;
+const SCHEMA_VERSION: u32 = 7;
 
 fn data_dir_check(settings: &Settings) -> DoctorCheck {
     let dir = settings.resolved_data_dir();

@@ -85,7 +85,8 @@ fn count_sql() -> String {
     format!(
         "SELECT {} AS threads, {} AS messages, {} AS open_sessions, {} AS voice_statuses, \
          {} AS facts, {} AS session_summaries, {} AS preferences, {} AS memory_revisions, \
-         {} AS feedback, {} AS api_users, {} AS channel_chats, {} AS crisis_log_unlinked",
+         {} AS feedback, {} AS api_users, {} AS channel_chats, {} AS safety_plans, \
+         {} AS crisis_log_unlinked",
         count("thread_state", &owned_snapshot()),
         count("transcript", &owned_keyed("transcript")),
         count("active_sessions", &owned_keyed("active_sessions")),
@@ -100,6 +101,7 @@ fn count_sql() -> String {
         count("session_feedback", "user_id_or_null = $1"),
         count("api_users", "name = $1"),
         count("channel_chats", "owner_id = $1"),
+        count("safety_plans", "owner_id = $1"),
         count("crisis_log", "user_id_or_null = $1"),
     )
 }
@@ -118,6 +120,7 @@ fn counts_from_row(row: &impl SqlRow) -> StoreResult<OwnerCounts> {
         feedback: n("feedback")?,
         api_users: n("api_users")?,
         channel_chats: n("channel_chats")?,
+        safety_plans: n("safety_plans")?,
         crisis_log_unlinked: n("crisis_log_unlinked")?,
     })
 }
@@ -209,6 +212,10 @@ impl<B: SqlBackend> OwnerStore for B {
             (
                 &mut c.channel_chats,
                 "DELETE FROM channel_chats WHERE owner_id = $1",
+            ),
+            (
+                &mut c.safety_plans,
+                "DELETE FROM safety_plans WHERE owner_id = $1",
             ),
         ] {
             *slot = B::execute_in(&mut tx, Stmt::new(sql).bind(owner)).await?;

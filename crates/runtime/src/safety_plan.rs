@@ -413,18 +413,38 @@ pub fn with_plan(reply: &str, plan: &SafetyPlan, resources: &[Value]) -> Option<
             }
         }
     }
-    let paragraphs: Vec<&str> = reply.split("\n\n").collect();
     let is_lines = |p: &str| {
         names.iter().any(|n| p.contains(n.as_str()))
             || numbers(p).iter().any(|d| verified.contains(d))
     };
-    let at = paragraphs
-        .iter()
-        .position(|p| is_lines(p))
-        .unwrap_or(paragraphs.len().saturating_sub(1));
+    // Paragraphs; the one that first names a line is split before the
+    // sentence that does, so a one-paragraph reply keeps its opening words
+    // first ("Thank you for telling me. [plan] You can call …").
+    let mut paragraphs: Vec<String> = reply.split("\n\n").map(str::to_owned).collect();
+    let at = match paragraphs.iter().position(|p| is_lines(p)) {
+        Some(i) => {
+            let p = paragraphs[i].clone();
+            let starts: Vec<usize> = std::iter::once(0)
+                .chain(p.match_indices(". ").map(|(j, _)| j + 2))
+                .collect();
+            let split = starts
+                .iter()
+                .copied()
+                .find(|&s| is_lines(&p[s..p[s..].find(". ").map_or(p.len(), |e| s + e)]));
+            match split {
+                Some(s) if s > 0 => {
+                    paragraphs[i] = p[..s].trim_end().to_owned();
+                    paragraphs.insert(i + 1, p[s..].to_owned());
+                    i + 1
+                }
+                _ => i,
+            }
+        }
+        None => paragraphs.len().saturating_sub(1),
+    };
     let join = |insert: &str| {
-        let mut parts: Vec<&str> = paragraphs.clone();
-        parts.insert(at, insert);
+        let mut parts = paragraphs.clone();
+        parts.insert(at, insert.to_owned());
         parts.join("\n\n")
     };
     Some((join(&block), join(&placeholder)))
@@ -593,5 +613,14 @@ mod tests {
         assert!(stored.contains("[Your own safety plan was shown here.]"));
         assert_eq!(own_numbers(Some(&plan)), vec!["07700900123"]);
         assert_eq!(with_plan(reply, &SafetyPlan::default(), &resources), None);
+
+        // One paragraph: split before the sentence that names a line.
+        let one = "Thank you for telling me. You can call Samaritans on 116 123. Are you safe?";
+        let (shown, _) = with_plan(one, &plan, &resources).unwrap();
+        assert!(
+            shown.starts_with("Thank you for telling me.\n\nFrom your own safety plan"),
+            "{shown}"
+        );
+        assert!(shown.ends_with("You can call Samaritans on 116 123. Are you safe?"));
     }
 }

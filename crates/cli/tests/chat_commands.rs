@@ -266,3 +266,49 @@ fn no_message_text_outside_the_database() {
         );
     }
 }
+
+#[test]
+fn safety_plan_by_commands_and_sos_without_a_model() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("db");
+    let cwd = home.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = pipe(
+        home.path(),
+        &data,
+        &cwd,
+        &["--thread", "plan", "--user", "rosa"],
+        &[
+            "/plan",
+            "I stop eating",
+            "skip",
+            "the bakery on Calle Mayor",
+            "my friend Dolores +34 600 111 222",
+            "stop",
+            "/sos ES",
+            "/plan",
+            "/sos Spain",
+            "/plan delete",
+            "/sos",
+        ],
+    );
+    // `/plan` with no plan starts the guided flow at the first step.
+    assert!(out.contains("one short step at a time"), "{out}");
+    assert!(out.contains("Added to \"My warning signs\""), "{out}");
+    // `/sos`: the plan, the person's number marked, then the lines.
+    let own = out
+        .find("my friend Dolores (your number: +34 600 111 222)")
+        .expect(&out);
+    let lines = out[own..]
+        .find("Verified crisis lines for Spain")
+        .expect(&out);
+    assert!(lines > 0);
+    // `/plan` with a plan shows it.
+    assert!(out.contains("Your safety plan\n"), "{out}");
+    // A bad country is a usage error; delete works; then only the lines.
+    assert!(out.contains("Usage: /sos"), "{out}");
+    assert!(out.contains("Your safety plan is deleted."), "{out}");
+    let after = &out[out.find("Your safety plan is deleted.").unwrap()..];
+    assert!(after.contains("Verified crisis lines"), "{after}");
+    assert!(!after.contains("Dolores"), "{after}");
+}

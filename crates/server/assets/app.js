@@ -95,7 +95,7 @@
     $("signout").hidden = S.auth === "local";
     applyIncognito();
     await restoreHistory();
-    await Promise.all([refreshMemory(), refreshProgress()]);
+    await Promise.all([refreshMemory(), refreshProgress(), refreshPlan()]);
     document.body.dataset.ready = "1";
   }
 
@@ -145,29 +145,33 @@
       el("p", { class: "reply", text: output.response_text }));
     const res = Array.isArray(output.resources) ? output.resources : [];
     if (res.length) {
-      box.append(el("h3", { text: "People you can reach" }));
-      const ul = el("ul", { class: "resources" });
-      for (const r of res) {
-        const actions = el("div", { class: "actions" });
-        if (r.phone) actions.append(el("a", { href: "tel:" + cleanNumber(r.phone), class: "tel", text: "Call " + r.phone }));
-        if (r.text) {
-          const body = r.text_keyword ? "?body=" + encodeURIComponent(r.text_keyword) : "";
-          const label = r.text_keyword ? "Text " + r.text_keyword + " to " + r.text : "Text " + r.text;
-          actions.append(el("a", { href: "sms:" + cleanNumber(r.text) + body, class: "sms", text: label }));
-        }
-        const chat = safeUrl(r.chat_url);
-        if (chat) actions.append(el("a", { href: chat, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Chat online" }));
-        const site = safeUrl(r.url);
-        if (site) actions.append(el("a", { href: site, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Website", "aria-label": (r.name || "Service") + " website" }));
-        const meta = [r.hours, Array.isArray(r.languages) ? r.languages.join(", ") : null].filter(Boolean).join(" · ");
-        ul.append(el("li", {},
-          el("span", { class: "res-name", text: r.name || "Support line" }),
-          meta ? el("span", { class: "res-meta", text: meta }) : null,
-          actions));
-      }
-      box.append(ul);
+      box.append(el("h3", { text: "People you can reach" }), resourceList(res));
     }
     box.append(el("p", { class: "emergency", text: "If you are in immediate danger, call your local emergency number now." }));
+  }
+
+  // The verified lines as a list with call, text, chat and web actions.
+  function resourceList(res) {
+    const ul = el("ul", { class: "resources" });
+    for (const r of res) {
+      const actions = el("div", { class: "actions" });
+      if (r.phone) actions.append(el("a", { href: "tel:" + cleanNumber(r.phone), class: "tel", text: "Call " + r.phone }));
+      if (r.text) {
+        const body = r.text_keyword ? "?body=" + encodeURIComponent(r.text_keyword) : "";
+        const label = r.text_keyword ? "Text " + r.text_keyword + " to " + r.text : "Text " + r.text;
+        actions.append(el("a", { href: "sms:" + cleanNumber(r.text) + body, class: "sms", text: label }));
+      }
+      const chat = safeUrl(r.chat_url);
+      if (chat) actions.append(el("a", { href: chat, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Chat online" }));
+      const site = safeUrl(r.url);
+      if (site) actions.append(el("a", { href: site, class: "web", target: "_blank", rel: "noopener noreferrer", text: "Website", "aria-label": (r.name || "Service") + " website" }));
+      const meta = [r.hours, Array.isArray(r.languages) ? r.languages.join(", ") : null].filter(Boolean).join(" · ");
+      ul.append(el("li", {},
+        el("span", { class: "res-name", text: r.name || "Support line" }),
+        meta ? el("span", { class: "res-meta", text: meta }) : null,
+        actions));
+    }
+    return ul;
   }
 
   function finish(box, output) {
@@ -641,11 +645,129 @@
     }
   }
 
+  // ---------- safety plan ----------
+  const PLAN_SECTIONS = ["warning_signs", "coping", "distractions", "people", "professionals", "safe_environment", "reasons_to_live"];
+  const PLAN_TITLES = {
+    warning_signs: "My warning signs", coping: "Things I can do on my own",
+    distractions: "People and places that help me take my mind off things",
+    people: "People I can ask for help", professionals: "Professionals and services I can contact",
+    safe_environment: "Making my surroundings safer", reasons_to_live: "My reasons for living",
+  };
+  function planStatus(text) { $("plan-status").textContent = text; }
+  function contactLine(c) { return c.phone ? c.name + " " + c.phone : c.name; }
+  // "my sister Ana +34 612 345 678" → {name, phone}: a trailing run of
+  // phone characters with six digits or more is the number.
+  function parseContact(line) {
+    const m = /^(.*?)[\s:,–-]*([+(]?[0-9][0-9 ().+-]*)$/.exec(line);
+    if (m && m[1].trim() && m[2].replace(/[^0-9]/g, "").length >= 6) return { name: m[1].trim(), phone: m[2].trim() };
+    return { name: line };
+  }
+  function fillPlan(p) {
+    for (const s of PLAN_SECTIONS) {
+      const items = Array.isArray(p[s]) ? p[s] : [];
+      $("plan-" + s).value = items.map((x) => (typeof x === "string" ? x : contactLine(x))).join("\n");
+    }
+  }
+  function readPlan() {
+    const plan = {};
+    for (const s of PLAN_SECTIONS) {
+      const box = $("plan-" + s);
+      const lines = box.value.split("\n").map((l) => l.trim()).filter(Boolean);
+      plan[s] = box.dataset.contacts ? lines.map(parseContact) : lines;
+    }
+    return plan;
+  }
+  async function refreshPlan() {
+    try {
+      fillPlan(await api("GET", "/api/safety-plan"));
+      planStatus("");
+    } catch (e) {
+      if (e.status !== 401) planStatus("Your plan could not be loaded: " + e.message);
+    }
+  }
+  async function savePlan() {
+    if (S.incognito) { planStatus("Incognito is on: your safety plan is not changed."); return; }
+    $("plan-save").disabled = true;
+    try {
+      fillPlan(await api("PUT", "/api/safety-plan", readPlan()));
+      planStatus("Your safety plan is saved.");
+    } catch (e) {
+      planStatus("Not saved: " + e.message);
+    } finally {
+      $("plan-save").disabled = false;
+    }
+  }
+  async function deletePlan() {
+    if (!(await confirmDelete("Your safety plan will be deleted. You can write a new one any time."))) return;
+    try {
+      await api("DELETE", "/api/safety-plan");
+      fillPlan({});
+      planStatus("Your safety plan is deleted.");
+    } catch (e) {
+      planStatus("Not deleted: " + e.message);
+    }
+  }
+
+  // ---------- "I need help now" ----------
+  // No message is sent and no model is asked: the server answers the plan
+  // and the verified lines for the country of the browser's language.
+  function browserCountry() {
+    for (const tag of navigator.languages || [navigator.language || ""]) {
+      const m = /^[a-z]{2,3}-([A-Za-z]{2})\b/.exec(tag || "");
+      if (m) return m[1].toUpperCase();
+    }
+    return "";
+  }
+  function renderPlan(plan) {
+    const box = el("section", { class: "own-plan", "aria-label": "Your safety plan" }, el("h3", { text: "Your own safety plan" }));
+    for (const s of PLAN_SECTIONS) {
+      const items = Array.isArray(plan[s]) ? plan[s] : [];
+      if (!items.length) continue;
+      const ul = el("ul");
+      for (const x of items) {
+        if (typeof x === "string") { ul.append(el("li", { text: x })); continue; }
+        const li = el("li", { text: x.name });
+        if (x.phone) li.append(" ", el("a", { href: "tel:" + cleanNumber(x.phone), class: "tel", text: "Call " + x.phone + " (your number)" }));
+        ul.append(li);
+      }
+      box.append(el("h4", { text: PLAN_TITLES[s] }), ul);
+    }
+    return box;
+  }
+  async function openSos() {
+    const dlg = $("sos");
+    const body = $("sos-body");
+    body.textContent = "";
+    body.append(el("p", { text: "Loading the lines for you…" }));
+    if (!dlg.open) dlg.showModal();
+    const country = browserCountry();
+    let data;
+    try {
+      const r = await fetch("/api/sos" + (country ? "?country=" + country : ""), { headers: headers(false) });
+      data = await r.json();
+      if (!r.ok) throw new Error(data && data.message);
+    } catch (e) {
+      body.textContent = "";
+      body.append(el("p", { class: "emergency", text: "If you are in immediate danger, call your local emergency number now." }),
+        el("p", { text: "The list of lines could not be loaded. Findahelpline.com lists free, confidential lines for every country." }));
+      return;
+    }
+    body.textContent = "";
+    body.append(el("p", { class: "emergency", text: data.emergency_advice }));
+    if (data.plan) body.append(renderPlan(data.plan));
+    body.append(el("h3", { text: data.country_name ? "Verified lines in " + data.country_name : "Verified lines" }),
+      resourceList(Array.isArray(data.resources) ? data.resources : []));
+    $("sos-close").focus();
+  }
+
   // ---------- incognito ----------
   function applyIncognito() {
     $("incognito").checked = S.incognito;
     $("incognito-help").hidden = !S.incognito;
     $("memory-off").hidden = !S.incognito;
+    $("plan-off").hidden = !S.incognito;
+    $("plan-save").disabled = S.incognito;
+    $("plan-delete").disabled = S.incognito;
     document.body.classList.toggle("is-incognito", S.incognito);
   }
 
@@ -692,6 +814,10 @@
         say("Could not change recall: " + err.message);
       }
     });
+    $("sos-open").addEventListener("click", openSos);
+    $("sos-close").addEventListener("click", () => { $("sos").close(); $("sos-open").focus(); });
+    $("plan-form").addEventListener("submit", (e) => { e.preventDefault(); savePlan(); });
+    $("plan-delete").addEventListener("click", deletePlan);
     $("end-open").addEventListener("click", () => toggleEndPanel($("end-panel").hidden));
     $("mic").addEventListener("click", () => { if (V.pc) stopVoice(true); else startVoice(); });
     $("end-panel").addEventListener("keydown", (e) => { if (e.key === "Escape") { toggleEndPanel(false); $("end-open").focus(); } });

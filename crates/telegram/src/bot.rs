@@ -141,6 +141,7 @@ impl std::fmt::Debug for Bot {
 /// The commands the bot registers (`setMyCommands`).
 pub const COMMANDS: &[(&str, &str)] = &[
     ("start", "What this bot is (and is not)"),
+    ("sos", "Your safety plan and crisis lines, right now"),
     ("help", "What you can do here"),
     ("end", "End this session, with feedback and a summary"),
     ("incognito", "Start a session that keeps nothing"),
@@ -741,6 +742,19 @@ impl Inner {
                     None => {
                         self.api.send_plain(chat, &plan.message).await?;
                     }
+                }
+            }
+            "sos" => {
+                // The person's plan and the verified lines: no model, no
+                // turn, nothing written.
+                let sos = self.service.sos(Some(&owner_of(user)), None).await;
+                let mut head = sos.emergency_advice.clone();
+                if let Some(plan) = &sos.plan_text {
+                    head.push_str("\n\n");
+                    head.push_str(plan);
+                }
+                for m in format::crisis_messages(&head, &sos.resources) {
+                    self.send(chat, &m, None).await?;
                 }
             }
             "export" => {

@@ -11,12 +11,14 @@ crisis, I'll share verified crisis lines, but I can't call anyone for you.\n\n\
 
 /// `/help`.
 pub const HELP: &str = "Just write to me. Commands:\n\n\
+- /sos: your safety plan and crisis lines, right now\n\
 - /end: end this session (you can say how it felt) and get its summary\n\
 - /incognito: start a session that keeps nothing, not even a summary\n\
 - /forget: delete what I remember about you (facts, summaries, preferences)\n\
 - /forgetme: delete everything kept for you, conversations included\n\
 - /export: get everything kept for you as a file\n\
 - /privacy: what is kept, where, and for how long\n\n\
+To make a personal safety plan step by step, write \"help me make a safety plan\". \
 I can read text messages only.";
 
 /// `/privacy`.

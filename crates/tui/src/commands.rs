@@ -225,6 +225,20 @@ pub const COMMANDS: &[Spec] = &[
         group: Group::Runtime,
     },
     Spec {
+        name: "sos",
+        aliases: &["help-now"],
+        args: "[COUNTRY]",
+        help: "your safety plan and the verified crisis lines (COUNTRY: a code such as GB); no model, nothing sent",
+        group: Group::Session,
+    },
+    Spec {
+        name: "plan",
+        aliases: &[],
+        args: "[build|delete]",
+        help: "your safety plan: show it (or start one), build or continue it step by step, or delete it",
+        group: Group::Memory,
+    },
+    Spec {
         name: "doctor",
         aliases: &[],
         args: "[verbose]",

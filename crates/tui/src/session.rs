@@ -335,6 +335,15 @@ impl Session {
         (!extra.is_empty()).then(|| extra.join("\n"))
     }
 
+    /// Whose safety plan this terminal reads: the user, else the thread
+    /// (the memory owner of a local caller).
+    fn plan_owner(&self) -> String {
+        self.user
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| self.thread.clone())
+    }
+
     /// Whether the current thread's crisis episode is open.
     async fn episode_open(&self) -> Option<bool> {
         let state = self
@@ -363,6 +372,15 @@ impl Session {
                 let mut r = Reply::fail("unknown", text);
                 r.data = json!({"typed": name, "suggestion": suggestion});
                 Outcome::Reply(r)
+            }
+            // `/plan` and `/plan build` are turns: the safety plan's flow
+            // runs in the conversation (after the crisis gate, like any
+            // message).
+            Input::Command { name: "plan", args } if args.is_empty() => {
+                Outcome::Send("/plan".to_owned())
+            }
+            Input::Command { name: "plan", args } if args.len() == 1 && args[0] == "build" => {
+                Outcome::Send("help me make a safety plan".to_owned())
             }
             Input::Command { name, args } => {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -597,6 +615,27 @@ impl Session {
                 Reply::ok("exercises", text, json!({"exercises": list}))
             }
             ("forget-me", _) => self.forget_me().await?,
+            ("sos", args) if args.len() <= 1 => {
+                let country = args.first().copied();
+                if country
+                    .is_some_and(|c| c.len() != 2 || !c.chars().all(|ch| ch.is_ascii_alphabetic()))
+                {
+                    return Ok(usage("sos"));
+                }
+                let owner = self.plan_owner();
+                let sos = self.service.sos(Some(&owner), country).await;
+                let data = serde_json::to_value(&sos).unwrap_or(Value::Null);
+                Reply::ok("sos", sos.text, data)
+            }
+            ("plan", ["delete"]) => {
+                let owner = self.plan_owner();
+                let text = if self.service.delete_safety_plan(&owner).await? {
+                    "Your safety plan is deleted."
+                } else {
+                    "You have no safety plan to delete."
+                };
+                Reply::ok("plan", text, Value::Null)
+            }
             ("doctor", args) => {
                 let verbose = args.first() == Some(&"verbose");
                 let report =

@@ -47,6 +47,8 @@ pub enum SosPlan {
 pub struct Sos {
     /// The person's plan, when it could be read.
     pub plan: Option<SafetyPlan>,
+    /// The plan as text (their numbers marked as theirs), when shown.
+    pub plan_text: Option<String>,
     /// What came of reading it.
     pub plan_status: SosPlan,
     /// The country the lines are for, when known.
@@ -180,10 +182,11 @@ impl Service {
                 }
             }
         };
+        let plan_text = plan.as_ref().map(personal_plan::render_plan);
         let mut text = lookup.emergency_advice.clone();
-        if let Some(p) = &plan {
+        if let Some(p) = &plan_text {
             text.push_str("\n\n");
-            text.push_str(&personal_plan::render_plan(p));
+            text.push_str(p);
         }
         text.push_str("\n\n");
         text.push_str(&match &lookup.country_name {
@@ -196,6 +199,7 @@ impl Service {
         }
         Sos {
             plan,
+            plan_text,
             plan_status,
             country_code: lookup.country_code.clone(),
             country_name: lookup.country_name.clone(),

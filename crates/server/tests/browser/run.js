@@ -259,6 +259,39 @@ async function main() {
   check(/^I'm really glad you're feeling safer/.test(await ep.locator(".text").innerText()), "the warm acknowledgement first");
   ok("crisis follow-up shows the local lines, and closes when safe");
 
+  // 15. The safety plan card and the "I need help now" button: the plan
+  // is saved, and the button shows it with the verified lines, no message.
+  await page.fill("#plan-coping", "cold water on my face\nthe long walk by the canal");
+  await page.fill("#plan-people", "my cousin Ilse +44 7700 900777");
+  await page.fill("#plan-reasons_to_live", "my niece");
+  await page.click("#plan-save");
+  await page.waitForFunction(() => document.getElementById("plan-status").textContent === "Your safety plan is saved.", null, { timeout: TIMEOUT });
+  check((await page.inputValue("#plan-people")) === "my cousin Ilse +44 7700 900777", "the contact comes back as written");
+  await page.fill("#plan-distractions", "x".repeat(501));
+  await page.click("#plan-save");
+  await page.waitForFunction(() => document.getElementById("plan-status").textContent.startsWith("Not saved:"), null, { timeout: TIMEOUT });
+  check((await page.locator("#plan-status").innerText()).includes("distractions[0]"), "the error names the field");
+  await page.fill("#plan-distractions", "");
+  const messagesBefore = await page.locator("#log .msg").count();
+  await page.click("#sos-open");
+  const sos = page.locator("#sos");
+  await sos.locator(".resources li").first().waitFor({ timeout: TIMEOUT });
+  check((await sos.locator(".own-plan").innerText()).includes("the long walk by the canal"), "the plan in the help view");
+  check((await sos.locator(".own-plan a[href='tel:+447700900777']").innerText()).includes("your number"), "their own number, marked as theirs");
+  check((await sos.locator(".resources a[href^='tel:'], .resources a[href^='https:']").count()) >= 1, "verified lines");
+  check((await page.locator("#log .msg").count()) === messagesBefore, "no message was sent");
+  await shot(page, "13-sos");
+  await page.click("#sos-close");
+  // Signed out, the button still shows the lines (no plan, no token).
+  const anon = await context.newPage();
+  await anon.goto(URL_ + "/");
+  await anon.locator("#signin-view").waitFor({ state: "visible" });
+  await anon.click("#sos-open");
+  await anon.locator("#sos .resources li").first().waitFor({ timeout: TIMEOUT });
+  check((await anon.locator("#sos .own-plan").count()) === 0, "no plan without a sign-in");
+  await anon.close();
+  ok("safety plan card saves, and the help button shows it with the lines");
+
   // 14. Storage failing: a crisis reply still arrives, with one calm line.
   await page.goto(FAULTY_URL + "/");
   await page.locator("#app-view").waitFor({ state: "visible" });

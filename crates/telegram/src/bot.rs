@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use opencouch_core::{AgentOutput, Channel, MemoryMode, ResponseType, Role};
+use opencouch_core::{AgentOutput, Channel, MemoryMode, ResponseType, Role, Route};
 use opencouch_runtime::service::{
     Caller, ChatThread, EndedVia, ErrorCode, ExportFormat, ExportRequest, Feedback,
     ForgetMeConfirm, ForgetMeRequest, ItemKind, Service, ServiceError, kit, new_ulid,
@@ -547,7 +547,10 @@ impl Inner {
     /// The saved reply of a turn that committed before the process
     /// stopped: the thread's last message when it is the assistant's and
     /// the thread grew past what the registry counted.
-    async fn committed_reply(&self, row: &ChatThread) -> Result<Option<(String, u64)>, BotError> {
+    async fn committed_reply(
+        &self,
+        row: &ChatThread,
+    ) -> Result<Option<(Vec<String>, u64)>, BotError> {
         let entries = match self
             .service
             .history(&Self::caller(row), &row.thread_id, 1, None)
@@ -557,10 +560,36 @@ impl Inner {
             Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        Ok(entries.last().and_then(|last| {
-            (last.index + 1 > row.message_count && last.message.role == Role::Assistant)
-                .then(|| (last.message.content.clone(), last.index + 1))
-        }))
+        let Some(last) = entries.last() else {
+            return Ok(None);
+        };
+        if last.index + 1 <= row.message_count || last.message.role != Role::Assistant {
+            return Ok(None);
+        }
+        let saved = &last.message.content;
+        if last.message.route != Some(Route::Crisis) {
+            return Ok(Some((
+                format::split_message(saved, MESSAGE_LIMIT),
+                last.index + 1,
+            )));
+        }
+        // A crisis reply goes out as it did: the person's plan where the
+        // transcript keeps its placeholder, and the verified lines (for the
+        // episode's country when one is known) as tappable links.
+        let country = match self
+            .service
+            .thread(&Self::caller(row), Self::mode(row), &row.thread_id)
+            .await
+        {
+            Ok(Some(state)) => state.crisis_episode.and_then(|e| e.country_code),
+            _ => None,
+        };
+        let sos = self.service.sos(Some(&row.owner), country.as_deref()).await;
+        let reply = kit::with_shown_plan(saved, sos.plan_text.as_deref());
+        Ok(Some((
+            format::crisis_messages(&reply, &sos.resources),
+            last.index + 1,
+        )))
     }
 
     /// Ends the row's session (if it has one) and moves the chat to a new
@@ -605,7 +634,7 @@ impl Inner {
             {
                 // Committed before the process stopped: send what was saved.
                 row.message_count = count;
-                progress.reply = Some(format::split_message(&reply, MESSAGE_LIMIT));
+                progress.reply = Some(reply);
                 progress.row = Some(row);
             } else {
                 let mut notices = Vec::new();

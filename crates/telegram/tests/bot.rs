@@ -554,3 +554,41 @@ async fn the_webhook_refuses_a_missing_or_wrong_secret_and_answers_a_right_one()
 async fn axum_serve(listener: tokio::net::TcpListener, app: axum::Router) -> std::io::Result<()> {
     axum::serve(listener, app).await
 }
+
+#[tokio::test]
+async fn sos_sends_the_plan_and_the_lines_without_a_turn() {
+    let h = Harness::start(&[ALICE], 240).await;
+    let plan = opencouch_core::SafetyPlan {
+        coping: vec!["breathe out slowly, twice".into()],
+        people: vec![opencouch_core::safety_plan::Contact {
+            name: "Grandma Vera".into(),
+            phone: Some("+49 30 1234567".into()),
+        }],
+        ..Default::default()
+    };
+    h.service
+        .put_safety_plan(&owner_of(ALICE), plan)
+        .await
+        .unwrap();
+    let id = h.tg.push_text(ALICE, "/sos");
+    h.answered(id).await;
+    let sent = h.tg.sent_texts(ALICE).join("\n");
+    assert!(
+        sent.contains("Grandma Vera (your number: +49 30 1234567)"),
+        "{sent}"
+    );
+    assert!(sent.contains("People you can reach now"), "{sent}");
+    assert!(sent.contains("findahelpline"), "{sent}");
+    // No turn: nothing stored in the chat's thread.
+    let history = h
+        .service
+        .history(
+            &Caller::account(owner_of(ALICE)),
+            &base_thread(ALICE),
+            10,
+            None,
+        )
+        .await;
+    assert!(history.map(|h| h.is_empty()).unwrap_or(true));
+    h.stop().await;
+}

@@ -184,6 +184,27 @@ pub async fn collect(mut stream: TurnStream) -> Result<FinalReply, (String, Stri
     ))
 }
 
+/// A saved crisis reply made whole again for sending (a channel that
+/// re-sends what a turn saved, after a crash): the placeholder the
+/// transcript keeps where the person's safety plan was shown is replaced by
+/// `plan_text` (the person's plan, from [`Service::sos`](super::Service::sos)),
+/// or dropped when there is none.
+pub fn with_shown_plan(saved: &str, plan_text: Option<&str>) -> String {
+    let Ok(texts) = opencouch_safety::personal_plan::texts() else {
+        return saved.to_owned();
+    };
+    let placeholder = texts.labels.shown_placeholder.as_str();
+    if !saved.contains(placeholder) {
+        return saved.to_owned();
+    }
+    match plan_text {
+        Some(plan) => saved.replacen(placeholder, plan, 1),
+        None => saved
+            .replacen(&format!("{placeholder}\n\n"), "", 1)
+            .replacen(placeholder, "", 1),
+    }
+}
+
 /// The wire form of an event (`{type, ...}`, the same for SSE and the
 /// WebSocket): outputs already name the caller's own thread id.
 pub fn wire_event(ev: &StreamEvent) -> Value {
@@ -203,6 +224,20 @@ pub fn stopped_event() -> StreamEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_saved_reply_gets_the_plan_back_or_loses_the_placeholder() {
+        let saved = "I'm glad you told me.\n\n[Your own safety plan was shown here.]\n\nSamaritans: call 116 123";
+        let whole = with_shown_plan(saved, Some("Your safety plan\n- a walk"));
+        assert_eq!(
+            whole,
+            "I'm glad you told me.\n\nYour safety plan\n- a walk\n\nSamaritans: call 116 123"
+        );
+        let bare = with_shown_plan(saved, None);
+        assert_eq!(bare, "I'm glad you told me.\n\nSamaritans: call 116 123");
+        assert_eq!(with_shown_plan("no placeholder", None), "no placeholder");
+    }
+
     use opencouch_core::{CrisisAssessment, Diagnostics, ResponseStyle, Route, SessionAction};
 
     fn output(kind: ResponseType, text: &str, saved: bool) -> Box<AgentOutput> {

@@ -245,6 +245,9 @@ pub struct InstructionSpec {
     pub stage: Option<SessionStage>,
     /// A short summary of the active exercise, written by the runtime.
     pub exercise_context: Option<String>,
+    /// The response styles installed for the conversation, when the client
+    /// restricted them (`None`: all six).
+    pub installed_styles: Option<Vec<ResponseStyle>>,
     /// Earlier messages of the session, oldest first, excluding `message`.
     pub history: Vec<Message>,
     /// The current user message.
@@ -263,6 +266,7 @@ impl InstructionSpec {
             proactive_recall: false,
             stage: None,
             exercise_context: None,
+            installed_styles: None,
             history: Vec::new(),
             message: message.into(),
         }
@@ -363,6 +367,17 @@ fn session_context(spec: &InstructionSpec) -> String {
         for rule in &spec.procedural_rules {
             out.push_str(&format!("\n- {}", quoted_line(rule)));
         }
+    }
+    if let Some(styles) = spec
+        .installed_styles
+        .as_ref()
+        .filter(|_| spec.specialist.uses_style())
+    {
+        let names: Vec<&str> = styles.iter().map(|s| s.as_str()).collect();
+        out.push_str(&format!(
+            "\n\nResponse styles installed for this conversation: {}. Load and write in only these.",
+            names.join(", ")
+        ));
     }
     if let Some(ex) = spec
         .exercise_context

@@ -51,6 +51,7 @@ impl Tool for ListExercises {
         let list: Vec<Value> = Catalog::builtin()
             .list(ctx.channel, approach)
             .into_iter()
+            .filter(|e| ctx.installed.allows_exercise(&e.id))
             .map(|e| serde_json::to_value(e.summary()).unwrap_or(Value::Null))
             .collect();
         Ok(json!({"ok": true, "exercises": list}))

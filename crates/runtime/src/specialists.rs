@@ -380,7 +380,9 @@ async fn crisis_clarification(ports: &Ports, si: &SpecialistInput<'_>) -> Specia
 /// The style and approach a therapeutic turn uses before the model (if any)
 /// picks its own skill.
 fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
-    let style = si.plan.style;
+    // Only an installed style (see `crate::skills`).
+    let style = crate::skills::resolve_checked(&si.input.installed_skills)
+        .style_or_installed(si.plan.style);
     let approach = match &si.state.exercise_state {
         Some(ex) => ex.exercise_therapeutic_approach,
         None => opencouch_prompts::choose_approach(&si.input.message),
@@ -414,14 +416,15 @@ async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutco
             diag.set("openai_sdk_fallback_reason", "empty_reply");
             return Ok(None);
         }
-        let (style, approach) = ctx
+        let loaded = ctx
             .with_effects(|e| e.skills_loaded.last().copied())
-            .flatten()
-            .unwrap_or((style, approach));
+            .flatten();
+        let (style, approach) = loaded.unwrap_or((style, approach));
         Ok(Some(SpecialistOutcome {
             text,
             style,
             approach: Some(approach),
+            style_from_model: loaded.is_some(),
             diagnostics: std::mem::take(diag),
             ..Default::default()
         }))

@@ -95,6 +95,8 @@ pub struct SpecialistOutcome {
     pub privacy_request: bool,
     /// Keys merged into `session_progress` (by key).
     pub progress_extra: serde_json::Map<String, Value>,
+    /// The model chose the style itself (it loaded a response skill).
+    pub style_from_model: bool,
 }
 
 pub(crate) fn tool_context(memory_mode: MemoryMode, si: &SpecialistInput<'_>) -> ToolContext {
@@ -109,6 +111,7 @@ pub(crate) fn tool_context(memory_mode: MemoryMode, si: &SpecialistInput<'_>) ->
         crisis: si.verdict.assessment().clone(),
         episode_country: episode_country(si).map(str::to_owned),
         follow_up: follow_up_context(si),
+        installed: crate::skills::resolve_checked(&si.input.installed_skills),
         effects: Mutex::new(TurnEffects::default()),
     }
 }
@@ -155,6 +158,8 @@ pub(crate) fn instruction_spec(
     let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
     spec.history = si.history.to_vec();
     spec.stage = si.state.session_progress.stage;
+    spec.installed_styles =
+        crate::skills::resolve_checked(&si.input.installed_skills).restricted_styles();
     if let Some(m) = si.memory {
         spec.memory_lines = m.lines.clone();
         spec.procedural_rules = m.rules.clone();

@@ -491,7 +491,13 @@ pub(crate) async fn execute(
     }
     drop(guard);
 
-    let output = steps::output(&answered, session_action, diagnostics, saved);
+    let output = steps::output(
+        &answered,
+        session_action,
+        diagnostics,
+        saved,
+        memory_after.extraction_eligible,
+    );
     let output = deliver(events, output, &reply.sent(), started).await;
     spans::finish_turn(&output);
     tracing::info!(
@@ -797,6 +803,10 @@ async fn unsaved_crisis_turn(
         session_action: SessionAction::None,
         crisis: verdict.assessment().clone(),
         resources: outcome.resources.clone(),
+        mode: outcome.style,
+        mode_type: opencouch_core::ModeType::Crisis,
+        mode_source: opencouch_core::ModeSource::CrisisGate,
+        should_persist_memory: false,
         diagnostics,
         saved: false,
     };

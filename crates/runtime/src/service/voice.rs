@@ -611,6 +611,7 @@ impl Service {
                 .as_ref()
                 .and_then(|e| e.country_code.clone()),
             follow_up: None,
+            installed: crate::skills::InstalledSkills::default(),
             effects: Mutex::default(),
         };
         let tool: Option<std::sync::Arc<dyn Tool>> = match name {

@@ -377,6 +377,25 @@ async fn crisis_clarification(ports: &Ports, si: &SpecialistInput<'_>) -> Specia
 
 // ----------------------------------------------------------- therapeutic
 
+/// The therapeutic turn's tools (the registry's `Therapeutic` toolset):
+/// the response skills, a grounded lookup, the exercise list and the two
+/// memory tools that only read (`show_memory_status`, and in persistent
+/// mode `show_saved_memory`). No memory mutator is in it: saving, the
+/// recall toggle and deletions exist only on the memory-control turn,
+/// behind the memory service's pending-action gate and intent check; and
+/// this turn's outcome never carries a pending memory action. An exercise
+/// the model offers starts only when the person accepts on their next
+/// message, through triage's consent rules and the app-owned exercise
+/// state.
+pub fn therapeutic_toolbox(ports: &Ports) -> Toolbox {
+    let memory = crate::memory::MemoryTools::new(&ports.memory, None);
+    Toolbox::offered(Toolset::Therapeutic, ports.memory_mode(), |name| {
+        builtin_tool(name)
+            .or_else(|| crate::exercise::list_tool(name))
+            .or_else(|| memory.get(name))
+    })
+}
+
 /// The style and approach a therapeutic turn uses before the model (if any)
 /// picks its own skill.
 fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
@@ -400,7 +419,7 @@ async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutco
         if let Some(ex) = &si.state.exercise_state {
             spec.exercise_context = Some(opencouch_exercises::context_line(ex));
         }
-        let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::Therapeutic);
+        let toolbox = therapeutic_toolbox(ports);
         let ctx = tool_context(ports.memory_mode(), si);
         let tier = si.input.response_model_tier;
         // The only reply that streams while the model writes it: the same

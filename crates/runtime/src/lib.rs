@@ -41,6 +41,7 @@ mod semantic;
 pub mod service;
 mod session;
 mod session_end;
+pub mod session_stage;
 pub mod skills;
 mod spans;
 pub mod specialists;

@@ -55,6 +55,8 @@ pub struct SpecialistInput<'a> {
     /// Where a specialist that streams its reply writes it (only the
     /// therapeutic one does; see [`crate::reply`]).
     pub reply: &'a ReplyOut,
+    /// The session stage inferred for this turn ([`crate::session_stage`]).
+    pub stage: Option<opencouch_core::state::SessionStage>,
 }
 
 /// An open crisis episode and the gate's decision for this turn.
@@ -157,7 +159,7 @@ pub(crate) fn instruction_spec(
 ) -> InstructionSpec {
     let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
     spec.history = si.history.to_vec();
-    spec.stage = si.state.session_progress.stage;
+    spec.stage = si.stage;
     spec.installed_styles =
         crate::skills::resolve_checked(&si.input.installed_skills).restricted_styles();
     if let Some(m) = si.memory {

@@ -64,6 +64,10 @@ pub struct TriageDecision {
     pub secondary_route: Option<TriageRoute>,
     pub clarification_question: Option<String>,
     pub confidence: Confidence,
+    /// Where the conversation is in its arc, in the model's opinion (the
+    /// app's own cues outrank it: `crate::session_stage`).
+    #[serde(default)]
+    pub session_stage: Option<opencouch_core::state::SessionStage>,
 }
 
 impl TriageDecision {
@@ -86,6 +90,7 @@ impl TriageDecision {
             secondary_route: None,
             clarification_question: None,
             confidence,
+            session_stage: None,
         }
     }
 }

@@ -382,6 +382,7 @@ pub(crate) async fn execute(
     let Answer {
         triage,
         route_plan,
+        stage: session_stage,
         mut outcome,
     } = if cancellable {
         tokio::select! {
@@ -408,6 +409,7 @@ pub(crate) async fn execute(
     };
     let messages_before = state.message_count;
     steps::apply_to_state(&mut state, &answered);
+    state.session_progress.stage = Some(session_stage);
     let finished = crate::memory::FinishedTurn {
         input: &input,
         plan: &route_plan,
@@ -591,6 +593,8 @@ struct Question<'a> {
 struct Answer {
     triage: Option<crate::triage::TriageDecision>,
     route_plan: plan::RoutePlan,
+    /// The session stage inferred for the turn.
+    stage: opencouch_core::state::SessionStage,
     outcome: specialists::SpecialistOutcome,
 }
 
@@ -626,6 +630,20 @@ async fn answer(
     stage.end(diagnostics);
     events.status(route_plan.kind.stage()).await;
 
+    // Where the session is in its arc (pure; see `session_stage`).
+    let session_stage = crate::session_stage::infer(&crate::session_stage::StageCues {
+        previous: q.state.session_progress.stage,
+        turn: q.state.session_progress.turn_count + 1,
+        message: &input.message,
+        level,
+        exercise: q.state.exercise_state.is_some()
+            || route_plan.kind == plan::PlanKind::GuidedExercise,
+        style: route_plan.style,
+        model: triage.as_ref().and_then(|t| t.session_stage),
+    });
+    diagnostics.set("session_stage", session_stage.stage.as_str());
+    diagnostics.set("session_stage_cue", session_stage.cue.as_str());
+
     let memory = if route_plan.kind.loads_memory() {
         let stage = spans::Stage::start("retrieval", "retrieval_ms");
         let loaded = crate::memory::load_for_turn(
@@ -659,6 +677,7 @@ async fn answer(
         memory: memory.as_ref(),
         episode: q.episode,
         reply: q.reply,
+        stage: Some(session_stage.stage),
     };
     let stage = spans::Stage::start("specialist", "specialist_ms");
     let outcome = specialists::run(&inner.ports, spec_input)
@@ -669,6 +688,7 @@ async fn answer(
     Answer {
         triage,
         route_plan,
+        stage: session_stage.stage,
         outcome,
     }
 }

@@ -475,6 +475,22 @@ async fn a_therapeutic_turn_offers_the_five_read_and_offer_tools() {
         ]
     );
     assert_eq!(out.mode_source, opencouch_core::ModeSource::Llm);
+    // The first turn of a session is its opening: stored, shown, and its
+    // stage guidance is in the therapeutic prompt (the context table says so).
+    assert_eq!(out.diagnostics.get_str("session_stage"), Some("opening"));
+    assert_eq!(
+        state(&rt, "h-five").await.session_progress.stage,
+        Some(opencouch_core::state::SessionStage::Opening)
+    );
+    let system = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.tool_names().iter().any(|t| t == SKILL_TOOL))
+        .and_then(|r| r.messages().first().cloned())
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(system.contains("Current stage: opening."), "{system}");
 
     // Incognito: the persistent-only tool is hidden.
     let fake = fake_with("therapeutic").await;

@@ -36,6 +36,7 @@ pub mod plan;
 mod policy_model;
 pub mod ports;
 mod reply;
+pub mod retry;
 mod runtime;
 mod semantic;
 pub mod service;

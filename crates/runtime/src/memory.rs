@@ -45,7 +45,11 @@ pub(crate) async fn load_for_turn(
         now: Utc::now(),
     };
     let cache = Some(m.index_cache.as_ref());
-    match opencouch_memory::retrieve_cached(store, embedder, cache, &req).await {
+    let retrieved = crate::retry::retry(crate::retry::IoStage::MemoryRead, || {
+        opencouch_memory::retrieve_cached(store, embedder, cache, &req)
+    })
+    .await;
+    match retrieved {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
             out.rules = tm.procedural_rules;

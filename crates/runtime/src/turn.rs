@@ -198,10 +198,12 @@ pub(crate) async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, Run
     let TurnLoad {
         snapshot,
         session: row,
-    } = inner
-        .stores
-        .load_turn(&input.thread_id, inner.opts.recent_window)
-        .await?;
+    } = crate::retry::retry(crate::retry::IoStage::StoreRead, || {
+        inner
+            .stores
+            .load_turn(&input.thread_id, inner.opts.recent_window)
+    })
+    .await?;
     let (mut state, history): (ThreadState, Vec<Message>) = match snapshot {
         Some(s) => (s.state, s.recent.into_iter().map(|e| e.message).collect()),
         None => (
@@ -446,7 +448,7 @@ pub(crate) async fn execute(
     // crisis bound; any other turn waits for its commit and fails as before.
     let mut guard = Some(guard);
     let saved = if level.needs_crisis_response() {
-        match crisis_commit(rt, commit, &mut guard).await {
+        match crisis_commit(rt, commit, messages_before, &mut guard).await {
             CrisisCommit::Saved => true,
             CrisisCommit::Failed => {
                 diagnostics.set("storage_status", "commit_failed");
@@ -459,10 +461,7 @@ pub(crate) async fn execute(
         }
     } else {
         let stage = spans::Stage::start("commit", "commit_ms");
-        inner
-            .stores
-            .threads
-            .commit_turn(commit)
+        commit_turn(inner.stores.threads.clone(), commit, messages_before)
             .instrument(stage.span())
             .await?;
         stage.end(&mut diagnostics);
@@ -532,17 +531,18 @@ enum CrisisCommit {
 async fn crisis_commit(
     rt: &Runtime,
     commit: TurnCommit,
+    loaded: u64,
     guard: &mut Option<opencouch_store::ThreadGuard>,
 ) -> CrisisCommit {
     let inner = &rt.inner;
     let threads = inner.stores.threads.clone();
-    let mut committing = tokio::spawn(async move { threads.commit_turn(commit).await }.instrument(
-        tracing::info_span!(
+    let mut committing = tokio::spawn(
+        async move { commit_turn(threads, commit, loaded).await }.instrument(tracing::info_span!(
             "stage",
             "otel.name" = "commit",
             "opencouch.stage" = "commit"
-        ),
-    ));
+        )),
+    );
     let outcome = tokio::select! {
         biased;
         done = &mut committing => Some(done),
@@ -576,6 +576,43 @@ async fn crisis_commit(
             CrisisCommit::Pending
         }
     }
+}
+
+/// The turn's commit under the retry policy (`crate::retry`): a transient
+/// failure is retried once, and only when the store proves the first
+/// attempt was not applied: the thread's stored transcript length (its
+/// snapshot's version) is still `loaded`, the length this turn read under
+/// the thread lock, which no other turn can change meanwhile. A failure
+/// that is not transient, or a proof that cannot be read, fails as before.
+async fn commit_turn(
+    threads: std::sync::Arc<dyn opencouch_store::ThreadStore>,
+    commit: TurnCommit,
+    loaded: u64,
+) -> Result<opencouch_store::CommitOutcome, StoreError> {
+    use crate::retry::{IoStage, RETRY_WAIT, Retry, policy};
+    let first = threads.commit_turn(commit.clone()).await;
+    let e = match first {
+        Ok(done) => return Ok(done),
+        Err(e) => e,
+    };
+    let again = matches!(policy(IoStage::Commit), Retry::WhenNotApplied(n) if n > 1);
+    if !again || !e.is_transient() {
+        return Err(e);
+    }
+    let stored = match threads.load(&commit.state.thread_id, 1).await {
+        Ok(snapshot) => snapshot.map_or(0, |s| s.state.message_count),
+        Err(read) => {
+            tracing::warn!(error = %read, "commit failed and its outcome cannot be read; not retrying");
+            return Err(e);
+        }
+    };
+    if stored != loaded {
+        tracing::warn!("commit failed but the thread changed; not retrying");
+        return Err(e);
+    }
+    tracing::warn!(error = %e, "commit failed before it was applied; retrying once");
+    tokio::time::sleep(RETRY_WAIT).await;
+    threads.commit_turn(commit).await
 }
 
 /// What the answering part of a turn (steps 3–6) starts from.

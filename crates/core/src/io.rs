@@ -20,6 +20,12 @@ pub struct AgentInput {
     pub memory_mode: MemoryMode,
     #[serde(default = "default_tier")]
     pub response_model_tier: ModelTier,
+    /// The skills the client installed for this conversation (response
+    /// styles and guided exercises by name; empty: all of them). The
+    /// service checks every name before the turn runs and the runtime
+    /// resolves them into prompt behaviour (`opencouch_runtime::skills`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub installed_skills: Vec<String>,
 }
 
 fn default_channel() -> Channel {
@@ -41,6 +47,7 @@ impl AgentInput {
             channel: Channel::Test,
             memory_mode: MemoryMode::Persistent,
             response_model_tier: ModelTier::Fast,
+            installed_skills: Vec::new(),
         }
     }
 
@@ -61,6 +68,57 @@ pub enum ResponseType {
     Crisis,
 }
 
+crate::string_enum! {
+    /// What kind of turn answered (the original contract's `mode_type`):
+    /// a crisis reply, an operational one (memory control, a grounded
+    /// lookup) or a therapeutic one (ordinary support, a guided exercise,
+    /// the level-1 safety question).
+    pub enum ModeType: "mode_type" {
+        Therapeutic = "therapeutic",
+        Operational = "operational",
+        Crisis = "crisis",
+    }
+}
+
+impl Default for ModeType {
+    /// Outputs written before the field existed were ordinary turns.
+    fn default() -> Self {
+        ModeType::Therapeutic
+    }
+}
+
+crate::string_enum! {
+    /// How the turn's mode was chosen (the original contract's
+    /// `mode_source`): the crisis gate (level 1 or more decided it), a
+    /// model (the triage model, or the specialist loading a style), phrase
+    /// rules and the intent layer (`keyword`), or nothing at all
+    /// (`default`: the supportive fallback).
+    pub enum ModeSource: "mode_source" {
+        Keyword = "keyword",
+        Llm = "llm",
+        Default = "default",
+        CrisisGate = "crisis_gate",
+    }
+}
+
+impl Default for ModeSource {
+    /// Outputs written before the field existed say nothing of how.
+    fn default() -> Self {
+        ModeSource::Default
+    }
+}
+
+impl ModeType {
+    /// The mode type of a turn that ended on `route`.
+    pub fn of_route(route: Route) -> ModeType {
+        match route {
+            Route::Crisis => ModeType::Crisis,
+            Route::MemoryControl | Route::GroundedLookup => ModeType::Operational,
+            Route::Therapeutic | Route::GuidedExercise => ModeType::Therapeutic,
+        }
+    }
+}
+
 /// The result of one turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentOutput {
@@ -76,6 +134,23 @@ pub struct AgentOutput {
     /// Crisis resources shown with a crisis reply (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<serde_json::Value>,
+    /// The mode the turn answered in: the original contract's name for the
+    /// response style (always equal to `response_style`).
+    #[serde(default)]
+    pub mode: ResponseStyle,
+    /// Crisis, operational or therapeutic (from the route).
+    #[serde(default)]
+    pub mode_type: ModeType,
+    /// How the mode was chosen.
+    #[serde(default)]
+    pub mode_source: ModeSource,
+    /// Whether what the person said this turn may become durable memory:
+    /// the turn was saved, in persistent memory mode, on a route memory
+    /// extraction runs on (never crisis, memory-control, grounded-lookup or
+    /// small-talk turns). Nothing is written by this flag itself: the
+    /// write policy's gates still decide.
+    #[serde(default)]
+    pub should_persist_memory: bool,
     pub diagnostics: Diagnostics,
     /// Whether the turn was committed to storage. `false` only when storage
     /// failed and the reply is a crisis reply delivered anyway (a crisis

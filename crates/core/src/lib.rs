@@ -26,7 +26,7 @@ pub use enums::{
     SessionAction, UnknownValue,
 };
 pub use exercise::ExerciseState;
-pub use io::{AgentInput, AgentOutput, ResponseType};
+pub use io::{AgentInput, AgentOutput, ModeSource, ModeType, ResponseType};
 pub use message::Message;
 pub use safety_plan::SafetyPlan;
 pub use state::ThreadState;

@@ -18,6 +18,7 @@
 //! than panic, and [`check_data`] reports the error (call it at startup).
 
 pub mod choose;
+pub mod context;
 pub mod error;
 mod frontmatter;
 pub mod grounded;

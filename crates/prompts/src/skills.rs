@@ -195,7 +195,8 @@ impl ResponseSkill {
             "version": self.version,
             "style": self.style.as_str(),
             "approach": self.approach.as_str(),
-            "side_effect": "none",
+            "side_effect": false,
+            "retry_safe": true,
             "guidance": self.guidance,
             "boundaries": self.boundaries,
         })
@@ -388,7 +389,8 @@ mod tests {
     fn tool_json_and_spec_shapes() {
         let v = load_response_skill("technique", "act").as_tool_json();
         assert_eq!(v["skill_id"], "therapeutic_response/technique");
-        assert_eq!(v["side_effect"], "none");
+        assert_eq!(v["side_effect"], false);
+        assert_eq!(v["retry_safe"], true);
         assert_eq!(v["approach"], "act");
         assert!(v["boundaries"].as_array().is_some_and(|b| !b.is_empty()));
         let spec = response_skill_tool_spec();

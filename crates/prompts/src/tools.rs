@@ -39,7 +39,10 @@ pub enum Toolset {
     /// The level-1 clarification: reflection plus one safety question, no
     /// tools.
     CrisisClarification,
-    /// An ordinary supportive turn.
+    /// An ordinary supportive turn: the response skills, a grounded lookup,
+    /// the exercise list (to offer one) and the two read-only memory tools.
+    /// No memory mutator: those exist only on the memory-control turn,
+    /// behind the app's pending-action gate and intent check.
     Therapeutic,
     /// A request for source-backed information.
     GroundedLookup,
@@ -96,6 +99,10 @@ pub struct ToolDef {
     pub toolsets: &'static [Toolset],
     /// The memory modes it exists in.
     pub modes: &'static [MemoryMode],
+    /// Whether calling it again with the same arguments is safe (reads,
+    /// lookups, setting a pending action or a toggle to a value); stamped
+    /// on every result as `retry_safe`, with `side_effect`.
+    pub retry_safe: bool,
 }
 
 impl ToolDef {
@@ -116,14 +123,28 @@ impl ToolDef {
 const BOTH_MODES: &[MemoryMode] = &[MemoryMode::Persistent, MemoryMode::Incognito];
 const PERSISTENT_ONLY: &[MemoryMode] = &[MemoryMode::Persistent];
 
-const fn memory_tool(name: &'static str, modes: &'static [MemoryMode]) -> ToolDef {
+const fn memory_tool(
+    name: &'static str,
+    toolsets: &'static [Toolset],
+    modes: &'static [MemoryMode],
+    retry_safe: bool,
+) -> ToolDef {
     ToolDef {
         name,
         schema: Schema::MemoryCrate,
-        toolsets: &[Toolset::MemoryControl],
+        toolsets,
         modes,
+        retry_safe,
     }
 }
+
+/// The memory tools that only read: offered on the memory-control turn and
+/// on every therapeutic turn ("what do you remember about me?").
+const MEMORY_READ: &[Toolset] = &[Toolset::MemoryControl, Toolset::Therapeutic];
+/// The memory tools that change something (or stage a change): only on the
+/// memory-control turn, through the service's pending-action gate and
+/// intent check.
+const MEMORY_CONTROL_ONLY: &[Toolset] = &[Toolset::MemoryControl];
 
 /// Every tool, once.
 pub const TOOLS: &[ToolDef] = &[
@@ -132,52 +153,107 @@ pub const TOOLS: &[ToolDef] = &[
         schema: Schema::Here(lookup_crisis_resources_spec),
         toolsets: &[Toolset::Crisis],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: CRISIS_SUPPORT_TEMPLATE,
         schema: Schema::Here(crisis_support_template_spec),
         toolsets: &[Toolset::Crisis],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: RESPONSE_SKILL_TOOL,
         schema: Schema::Here(response_skill_tool_spec),
         toolsets: &[Toolset::Therapeutic],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: GROUNDED_LOOKUP_TOOL,
         schema: Schema::Here(grounded_lookup_tool_spec),
-        toolsets: &[Toolset::GroundedLookup],
+        toolsets: &[Toolset::GroundedLookup, Toolset::Therapeutic],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: LIST_EXERCISES,
         schema: Schema::Here(list_exercises_spec),
-        toolsets: &[],
+        toolsets: &[Toolset::Therapeutic],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: LOAD_EXERCISE_SKILL,
         schema: Schema::Here(load_exercise_skill_spec),
         toolsets: &[Toolset::ExerciseStart, Toolset::ExerciseStep],
         modes: BOTH_MODES,
+        retry_safe: true,
     },
     ToolDef {
         name: RECORD_EXERCISE_PROGRESS,
         schema: Schema::Here(record_exercise_progress_spec),
         toolsets: &[Toolset::ExerciseStep],
         modes: BOTH_MODES,
+        // Validated against the step the turn started on: a second report
+        // replaces the first, it never advances twice.
+        retry_safe: true,
     },
-    memory_tool("show_saved_memory", PERSISTENT_ONLY),
-    memory_tool("show_memory_status", BOTH_MODES),
-    memory_tool("recall_saved_memory", PERSISTENT_ONLY),
-    memory_tool("save_response_preference", PERSISTENT_ONLY),
-    memory_tool("set_proactive_memory_recall", PERSISTENT_ONLY),
-    memory_tool("prepare_memory_deletion_by_index", PERSISTENT_ONLY),
-    memory_tool("prepare_memory_deletion_by_query", PERSISTENT_ONLY),
-    memory_tool("confirm_memory_deletion", PERSISTENT_ONLY),
-    memory_tool("cancel_memory_deletion", PERSISTENT_ONLY),
+    memory_tool("show_saved_memory", MEMORY_READ, PERSISTENT_ONLY, true),
+    memory_tool("show_memory_status", MEMORY_READ, BOTH_MODES, true),
+    memory_tool(
+        "recall_saved_memory",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+    memory_tool(
+        "save_response_preference",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+    memory_tool(
+        "set_proactive_memory_recall",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+    memory_tool(
+        "prepare_memory_deletion_by_index",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+    memory_tool(
+        "prepare_memory_deletion_by_query",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+    memory_tool(
+        "confirm_memory_deletion",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        false,
+    ),
+    memory_tool(
+        "cancel_memory_deletion",
+        MEMORY_CONTROL_ONLY,
+        PERSISTENT_ONLY,
+        true,
+    ),
+];
+
+/// The memory tools that change memory or stage a change: never offered on
+/// a turn other than memory control.
+pub const MEMORY_MUTATORS: &[&str] = &[
+    "save_response_preference",
+    "set_proactive_memory_recall",
+    "prepare_memory_deletion_by_index",
+    "prepare_memory_deletion_by_query",
+    "confirm_memory_deletion",
+    "cancel_memory_deletion",
 ];
 
 /// The registered tool called `name`.
@@ -371,6 +447,42 @@ mod tests {
         for mode in MemoryMode::ALL {
             assert_eq!(offered(Toolset::CrisisClarification, *mode).count(), 0);
         }
+    }
+
+    #[test]
+    fn therapeutic_turns_offer_the_five_read_and_offer_tools_and_no_mutator() {
+        let names = |mode| -> Vec<&str> {
+            let mut v: Vec<&str> = offered(Toolset::Therapeutic, mode)
+                .map(|t| t.name)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(
+            names(MemoryMode::Persistent),
+            [
+                "answer_grounded_lookup",
+                "list_guided_exercise_skills",
+                "load_therapeutic_response_skill",
+                "show_memory_status",
+                "show_saved_memory",
+            ]
+        );
+        // Persistent-only tools are hidden in incognito.
+        assert_eq!(
+            names(MemoryMode::Incognito),
+            [
+                "answer_grounded_lookup",
+                "list_guided_exercise_skills",
+                "load_therapeutic_response_skill",
+                "show_memory_status",
+            ]
+        );
+        for mutator in MEMORY_MUTATORS {
+            let def = get(mutator).expect("registered");
+            assert_eq!(def.toolsets, [Toolset::MemoryControl], "{mutator}");
+        }
+        assert!(!get("confirm_memory_deletion").unwrap().retry_safe);
     }
 
     #[test]

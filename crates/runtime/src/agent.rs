@@ -128,6 +128,12 @@ impl Toolbox {
     }
 
     async fn execute_inner(&self, ctx: &ToolContext, call: &ToolCall) -> (Value, bool) {
+        let (mut value, ok) = self.run_call(ctx, call).await;
+        stamp_result(&call.name, &mut value);
+        (value, ok)
+    }
+
+    async fn run_call(&self, ctx: &ToolContext, call: &ToolCall) -> (Value, bool) {
         let Some(tool) = self.tools.get(&call.name) else {
             return (json!({"ok": false, "error": "unknown_tool"}), false);
         };
@@ -144,6 +150,22 @@ impl Toolbox {
             Ok(v) => (v, true),
             Err(e) => (e.to_json(), false),
         }
+    }
+}
+
+/// Every tool result carries `side_effect` (whether the call changed state
+/// or requested a change the runtime applies; `false` unless the tool says
+/// so) and `retry_safe` (the registry's word for the tool; `false` for a
+/// name it does not know). A tool that sets them itself (the memory tools)
+/// keeps its own values.
+pub fn stamp_result(name: &str, value: &mut Value) {
+    if !value.is_object() {
+        *value = json!({"ok": true, "result": std::mem::take(value)});
+    }
+    if let Some(obj) = value.as_object_mut() {
+        obj.entry("side_effect").or_insert(Value::Bool(false));
+        let retry_safe = opencouch_prompts::tools::get(name).is_some_and(|d| d.retry_safe);
+        obj.entry("retry_safe").or_insert(Value::Bool(retry_safe));
     }
 }
 

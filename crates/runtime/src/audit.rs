@@ -67,7 +67,12 @@ pub(crate) async fn append_crisis(
     record: &CrisisRecord,
     bound: Duration,
 ) -> &'static str {
-    match tokio::time::timeout(bound, log.append(record)).await {
+    // Retried once on a transient error, inside the same bound (a duplicate
+    // audit row is better than a missing one).
+    let append = crate::retry::retry(crate::retry::IoStage::CrisisLogAppend, || {
+        log.append(record)
+    });
+    match tokio::time::timeout(bound, append).await {
         Ok(Ok(_)) => "captured",
         Ok(Err(e)) => {
             tracing::error!(error = %e, "crisis log append failed");

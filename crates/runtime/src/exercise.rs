@@ -51,10 +51,17 @@ impl Tool for ListExercises {
         let list: Vec<Value> = Catalog::builtin()
             .list(ctx.channel, approach)
             .into_iter()
+            .filter(|e| ctx.installed.allows_exercise(&e.id))
             .map(|e| serde_json::to_value(e.summary()).unwrap_or(Value::Null))
             .collect();
         Ok(json!({"ok": true, "exercises": list}))
     }
+}
+
+/// `list_guided_exercise_skills` by name (the therapeutic turn's way to
+/// offer an exercise); `None` for any other name.
+pub fn list_tool(name: &str) -> Option<Arc<dyn Tool>> {
+    (name == LIST_EXERCISES).then(|| Arc::new(ListExercises) as Arc<dyn Tool>)
 }
 
 /// `load_guided_exercise_skill`: the runtime-selected step block.
@@ -115,7 +122,9 @@ impl Tool for RecordProgress {
                 transition,
             })
         });
-        Ok(json!({"ok": true, "action": kind.as_str()}))
+        // The request changes the exercise state once the runtime applies
+        // it after the turn.
+        Ok(json!({"ok": true, "action": kind.as_str(), "side_effect": true}))
     }
 }
 

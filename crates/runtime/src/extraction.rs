@@ -354,8 +354,13 @@ async fn apply_to_stored_row(
     spec: &JobSpec,
     result: &JobResult,
 ) -> Result<Option<AdmitCounts>, opencouch_store::StoreError> {
+    use crate::retry::{IoStage, retry};
     let sessions = &ex.stores.sessions;
-    let Some(mut row) = sessions.get(&spec.thread_id).await? else {
+    let read = retry(IoStage::BackgroundExtraction, || {
+        sessions.get(&spec.thread_id)
+    })
+    .await?;
+    let Some(mut row) = read else {
         return Ok(None);
     };
     if session_key(&row) != spec.session_key
@@ -364,7 +369,8 @@ async fn apply_to_stored_row(
         return Ok(None);
     }
     let counts = admit_into(&ex.memory, spec, result, &mut row).await;
-    sessions.put(&row).await?;
+    // Writing the same row again is the same write: retry-safe.
+    retry(IoStage::BackgroundExtraction, || sessions.put(&row)).await?;
     Ok(Some(counts))
 }
 

@@ -45,7 +45,11 @@ pub(crate) async fn load_for_turn(
         now: Utc::now(),
     };
     let cache = Some(m.index_cache.as_ref());
-    match opencouch_memory::retrieve_cached(store, embedder, cache, &req).await {
+    let retrieved = crate::retry::retry(crate::retry::IoStage::MemoryRead, || {
+        opencouch_memory::retrieve_cached(store, embedder, cache, &req)
+    })
+    .await;
+    match retrieved {
         Ok(tm) => {
             out.lines = tm.working_memory.iter().map(prompt_line).collect();
             out.rules = tm.procedural_rules;
@@ -94,6 +98,9 @@ pub(crate) struct AfterTurn {
     /// The person asked for privacy: pending jobs of the thread are dropped
     /// once the turn is committed.
     pub(crate) discard_pending: bool,
+    /// The write policy lets this turn feed memory (no skip reason): the
+    /// output's `should_persist_memory`.
+    pub(crate) extraction_eligible: bool,
 }
 
 /// What the write policy needs to know about a finished turn.
@@ -149,7 +156,10 @@ pub(crate) fn after_turn(
         route: Some(plan.kind.route()),
         message: &input.message,
     };
-    match opencouch_memory::policy::extraction_skip_reason(&gate) {
+    let skip = opencouch_memory::policy::extraction_skip_reason(&gate);
+    out.extraction_eligible = skip.is_none();
+    let diag = &mut out.diagnostics;
+    match skip {
         Some(reason) => {
             diag.set(
                 "memory_extraction",

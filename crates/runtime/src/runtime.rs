@@ -327,6 +327,11 @@ impl Runtime {
         }
     }
 
+    /// The ports the specialists see (the model and the memory side).
+    pub fn ports(&self) -> &crate::ports::Ports {
+        &self.inner.ports
+    }
+
     /// The memory side (store, embedder, policy model) the memory-control
     /// service and tools work over.
     pub fn memory_ports(&self) -> &MemoryPorts {

@@ -391,10 +391,31 @@ async fn crisis_clarification(ports: &Ports, si: &SpecialistInput<'_>) -> Specia
 
 // ----------------------------------------------------------- therapeutic
 
+/// The therapeutic turn's tools (the registry's `Therapeutic` toolset):
+/// the response skills, a grounded lookup, the exercise list and the two
+/// memory tools that only read (`show_memory_status`, and in persistent
+/// mode `show_saved_memory`). No memory mutator is in it: saving, the
+/// recall toggle and deletions exist only on the memory-control turn,
+/// behind the memory service's pending-action gate and intent check; and
+/// this turn's outcome never carries a pending memory action. An exercise
+/// the model offers starts only when the person accepts on their next
+/// message, through triage's consent rules and the app-owned exercise
+/// state.
+pub fn therapeutic_toolbox(ports: &Ports) -> Toolbox {
+    let memory = crate::memory::MemoryTools::new(&ports.memory, None);
+    Toolbox::offered(Toolset::Therapeutic, ports.memory_mode(), |name| {
+        builtin_tool(name)
+            .or_else(|| crate::exercise::list_tool(name))
+            .or_else(|| memory.get(name))
+    })
+}
+
 /// The style and approach a therapeutic turn uses before the model (if any)
 /// picks its own skill.
 fn therapeutic_style(si: &SpecialistInput<'_>) -> (ResponseStyle, Approach) {
-    let style = si.plan.style;
+    // Only an installed style (see `crate::skills`).
+    let style = crate::skills::resolve_checked(&si.input.installed_skills)
+        .style_or_installed(si.plan.style);
     let approach = match &si.state.exercise_state {
         Some(ex) => ex.exercise_therapeutic_approach,
         None => opencouch_prompts::choose_approach(&si.input.message),
@@ -412,7 +433,7 @@ async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutco
         if let Some(ex) = &si.state.exercise_state {
             spec.exercise_context = Some(opencouch_exercises::context_line(ex));
         }
-        let toolbox = builtin_toolbox(ports.memory_mode(), Toolset::Therapeutic);
+        let toolbox = therapeutic_toolbox(ports);
         let ctx = tool_context(ports.memory_mode(), si);
         let tier = si.input.response_model_tier;
         // The only reply that streams while the model writes it: the same
@@ -428,14 +449,15 @@ async fn therapeutic(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOutco
             diag.set("openai_sdk_fallback_reason", "empty_reply");
             return Ok(None);
         }
-        let (style, approach) = ctx
+        let loaded = ctx
             .with_effects(|e| e.skills_loaded.last().copied())
-            .flatten()
-            .unwrap_or((style, approach));
+            .flatten();
+        let (style, approach) = loaded.unwrap_or((style, approach));
         Ok(Some(SpecialistOutcome {
             text,
             style,
             approach: Some(approach),
+            style_from_model: loaded.is_some(),
             diagnostics: std::mem::take(diag),
             ..Default::default()
         }))

@@ -58,6 +58,8 @@ pub struct SpecialistInput<'a> {
     /// The person's own safety plan, read for a crisis turn only (its
     /// numbers are theirs, which the crisis reply's number check accepts).
     pub own_plan: Option<&'a opencouch_core::SafetyPlan>,
+    /// The session stage inferred for this turn ([`crate::session_stage`]).
+    pub stage: Option<opencouch_core::state::SessionStage>,
 }
 
 /// An open crisis episode and the gate's decision for this turn.
@@ -105,6 +107,8 @@ pub struct SpecialistOutcome {
     /// What the transcript keeps instead of the person's message (an
     /// answer kept in their safety plan).
     pub stored_user_text: Option<String>,
+    /// The model chose the style itself (it loaded a response skill).
+    pub style_from_model: bool,
 }
 
 pub(crate) fn tool_context(memory_mode: MemoryMode, si: &SpecialistInput<'_>) -> ToolContext {
@@ -119,6 +123,7 @@ pub(crate) fn tool_context(memory_mode: MemoryMode, si: &SpecialistInput<'_>) ->
         crisis: si.verdict.assessment().clone(),
         episode_country: episode_country(si).map(str::to_owned),
         follow_up: follow_up_context(si),
+        installed: crate::skills::resolve_checked(&si.input.installed_skills),
         effects: Mutex::new(TurnEffects::default()),
     }
 }
@@ -164,7 +169,9 @@ pub(crate) fn instruction_spec(
 ) -> InstructionSpec {
     let mut spec = InstructionSpec::new(specialist, si.input.message.clone());
     spec.history = si.history.to_vec();
-    spec.stage = si.state.session_progress.stage;
+    spec.stage = si.stage;
+    spec.installed_styles =
+        crate::skills::resolve_checked(&si.input.installed_skills).restricted_styles();
     if let Some(m) = si.memory {
         spec.memory_lines = m.lines.clone();
         spec.procedural_rules = m.rules.clone();

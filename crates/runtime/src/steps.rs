@@ -8,8 +8,8 @@
 use chrono::{DateTime, Utc};
 use opencouch_core::state::{ActiveFlow, CrisisEpisode, StateDelta, TurnLifecycle};
 use opencouch_core::{
-    AgentInput, AgentOutput, Approach, CrisisLevel, Diagnostics, Message, ResponseStyle,
-    ResponseType, Route, SessionAction, ThreadState,
+    AgentInput, AgentOutput, Approach, CrisisLevel, Diagnostics, Message, ModeSource, ModeType,
+    ResponseStyle, ResponseType, Route, SessionAction, ThreadState,
 };
 use opencouch_safety::episode::FollowUpDecision;
 use opencouch_store::ActiveSession;
@@ -287,15 +287,55 @@ pub(crate) fn update_session_row(
     }
 }
 
+/// How the turn's mode was chosen: the gate when it found any risk (level
+/// 1 or more), a model when the triage model decided or the specialist
+/// loaded its own style, phrase rules and the intent layer when they
+/// matched something (a route other than therapeutic, or a style other
+/// than the supportive fallback), else the default.
+pub(crate) fn mode_source(a: &Answered<'_>, diagnostics: &Diagnostics) -> ModeSource {
+    if a.verdict.assessment().level > CrisisLevel::NONE {
+        return ModeSource::CrisisGate;
+    }
+    if a.outcome.style_from_model || diagnostics.get_str("triage_path") == Some("model") {
+        return ModeSource::Llm;
+    }
+    // The safety plan's flow and requests are recognised by the app's own
+    // phrases, before triage.
+    if a.plan.kind == crate::plan::PlanKind::SafetyPlan {
+        return ModeSource::Keyword;
+    }
+    let Some(triage) = a.triage else {
+        return ModeSource::Default;
+    };
+    let matched = a.plan.kind != crate::plan::PlanKind::Therapeutic
+        || triage.exercise_type.is_some()
+        || triage
+            .response_style
+            .is_some_and(|s| s != ResponseStyle::Supportive);
+    if matched {
+        ModeSource::Keyword
+    } else {
+        ModeSource::Default
+    }
+}
+
 /// The turn's output. A level ≥ 2 verdict always answers as a crisis
-/// reply on the crisis route, whatever the plan said.
+/// reply on the crisis route, whatever the plan said. `extraction_eligible`
+/// is whether the write policy let this turn feed memory (persistent mode,
+/// a route extraction runs on); the output says so only for a saved turn.
 pub(crate) fn output(
     a: &Answered<'_>,
     session_action: SessionAction,
     diagnostics: Diagnostics,
     saved: bool,
+    extraction_eligible: bool,
 ) -> AgentOutput {
     let crisis = a.verdict.assessment().level.needs_crisis_response();
+    let route = if crisis {
+        Route::Crisis
+    } else {
+        a.plan.kind.route()
+    };
     AgentOutput {
         thread_id: a.input.thread_id.clone(),
         response_text: a
@@ -308,16 +348,16 @@ pub(crate) fn output(
         } else {
             ResponseType::Therapeutic
         },
-        route: if crisis {
-            Route::Crisis
-        } else {
-            a.plan.kind.route()
-        },
+        route,
         response_style: a.outcome.style,
         therapeutic_approach: a.outcome.approach,
         session_action,
         crisis: a.verdict.assessment().clone(),
         resources: a.outcome.resources.clone(),
+        mode: a.outcome.style,
+        mode_type: ModeType::of_route(route),
+        mode_source: mode_source(a, &diagnostics),
+        should_persist_memory: saved && !crisis && extraction_eligible,
         diagnostics,
         saved,
     }

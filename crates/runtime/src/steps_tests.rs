@@ -185,11 +185,24 @@ fn crisis_levels_always_answer_on_the_crisis_route() {
             outcome: &outcome,
             now: Utc::now(),
         };
-        let out = output(&a, SessionAction::None, Diagnostics::new(), true);
+        let out = output(&a, SessionAction::None, Diagnostics::new(), true, true);
         assert_eq!(
             (out.route, out.response_type),
             (want_route, want_type),
             "{level}"
+        );
+        assert_eq!(out.mode, out.response_style);
+        assert_eq!(out.mode_type, opencouch_core::ModeType::of_route(out.route));
+        let want_source = if level > 0 {
+            opencouch_core::ModeSource::CrisisGate
+        } else {
+            opencouch_core::ModeSource::Default
+        };
+        assert_eq!(out.mode_source, want_source, "{level}");
+        assert_eq!(
+            out.should_persist_memory,
+            level < 2,
+            "a crisis turn never feeds memory"
         );
         let msgs = transcript_messages(&a, Utc::now());
         assert_eq!(msgs[0].crisis_level, Some(level));

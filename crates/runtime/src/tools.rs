@@ -77,6 +77,9 @@ pub struct ToolContext {
     /// Set on a follow-up inside an open crisis episode: the crisis
     /// template tool returns the follow-up plan instead of the full one.
     pub follow_up: Option<opencouch_safety::plan::FollowUpContext>,
+    /// The skills installed for the turn (response styles and exercises a
+    /// tool may load or list).
+    pub installed: crate::skills::InstalledSkills,
     /// What tools did during this turn.
     pub effects: Mutex<TurnEffects>,
 }
@@ -255,7 +258,13 @@ impl Tool for LoadResponseSkill {
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
         let style = str_arg(&args, "style").unwrap_or("supportive");
         let approach = str_arg(&args, "approach").unwrap_or("none");
-        let skill = opencouch_prompts::load_response_skill(style, approach);
+        // A style that is not installed loads the installed one the runtime
+        // would have used (unknown spellings fall back to supportive first,
+        // as the skill loader does).
+        let style = ctx.installed.style_or_installed(
+            opencouch_core::ResponseStyle::therapeutic_or_supportive(style),
+        );
+        let skill = opencouch_prompts::load_response_skill(style.as_str(), approach);
         ctx.with_effects(|e| e.skills_loaded.push((skill.style, skill.approach)));
         Ok(skill.as_tool_json())
     }

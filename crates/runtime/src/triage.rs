@@ -64,6 +64,10 @@ pub struct TriageDecision {
     pub secondary_route: Option<TriageRoute>,
     pub clarification_question: Option<String>,
     pub confidence: Confidence,
+    /// Where the conversation is in its arc, in the model's opinion (the
+    /// app's own cues outrank it: `crate::session_stage`).
+    #[serde(default)]
+    pub session_stage: Option<opencouch_core::state::SessionStage>,
 }
 
 impl TriageDecision {
@@ -86,6 +90,7 @@ impl TriageDecision {
             secondary_route: None,
             clarification_question: None,
             confidence,
+            session_stage: None,
         }
     }
 }
@@ -272,7 +277,31 @@ pub fn guard_model_decision(
     {
         d.route = TriageRoute::Therapeutic;
     }
+    // An accepted offer is one the assistant made: the exercise must be
+    // named in the last assistant message (an offer made after
+    // `list_guided_exercise_skills`), else nothing starts.
+    if !ctx.exercise_active
+        && d.route == TriageRoute::GuidedExercise
+        && d.exercise_start_basis == ExerciseStartBasis::AcceptedAssistantOffer
+        && !offered_by_assistant(ctx.history, d.exercise_type.as_deref())
+    {
+        d.route = TriageRoute::Therapeutic;
+        d.exercise_start_basis = ExerciseStartBasis::AmbiguousOrNone;
+    }
     d
+}
+
+/// Whether the last assistant message names exercise `id` (`None`: any
+/// exercise).
+fn offered_by_assistant(history: &[Message], id: Option<&str>) -> bool {
+    let Some(last) = history.iter().rev().find(|m| !m.is_user()) else {
+        return false;
+    };
+    let named = opencouch_exercises::Catalog::builtin().mentions(&last.content);
+    match id {
+        Some(id) => named.iter().any(|e| e.id == id),
+        None => !named.is_empty(),
+    }
 }
 
 /// Runs triage: the model in hybrid mode (structured output), the phrase
@@ -410,6 +439,14 @@ mod tests {
             exercise_active: true,
             ..no_pending
         };
+        let offer = [
+            Message::user("I can't settle"),
+            Message::assistant("Would you like to try box breathing together?"),
+        ];
+        let offered = TriageContext {
+            history: &offer,
+            ..no_pending
+        };
         let rules_memory = TriageDecision {
             route: TriageRoute::MemoryControl,
             ..TriageDecision::therapeutic(Confidence::High)
@@ -460,11 +497,19 @@ mod tests {
                 R::GuidedExercise,
             ),
             (
-                no_pending,
+                offered,
                 &rules_plain,
                 R::GuidedExercise,
                 B::AcceptedAssistantOffer,
                 R::GuidedExercise,
+            ),
+            // A claimed acceptance of an offer nobody made starts nothing.
+            (
+                no_pending,
+                &rules_plain,
+                R::GuidedExercise,
+                B::AcceptedAssistantOffer,
+                R::Therapeutic,
             ),
             (
                 in_exercise,

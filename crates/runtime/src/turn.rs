@@ -198,10 +198,12 @@ pub(crate) async fn load(rt: &Runtime, input: &AgentInput) -> Result<Loaded, Run
     let TurnLoad {
         snapshot,
         session: row,
-    } = inner
-        .stores
-        .load_turn(&input.thread_id, inner.opts.recent_window)
-        .await?;
+    } = crate::retry::retry(crate::retry::IoStage::StoreRead, || {
+        inner
+            .stores
+            .load_turn(&input.thread_id, inner.opts.recent_window)
+    })
+    .await?;
     let (mut state, history): (ThreadState, Vec<Message>) = match snapshot {
         Some(s) => (s.state, s.recent.into_iter().map(|e| e.message).collect()),
         None => (
@@ -383,6 +385,7 @@ pub(crate) async fn execute(
     let Answer {
         triage,
         route_plan,
+        stage: session_stage,
         mut outcome,
     } = if cancellable {
         tokio::select! {
@@ -424,6 +427,7 @@ pub(crate) async fn execute(
     };
     let messages_before = state.message_count;
     steps::apply_to_state(&mut state, &answered);
+    state.session_progress.stage = Some(session_stage);
     let finished = crate::memory::FinishedTurn {
         input: &input,
         plan: &route_plan,
@@ -460,7 +464,7 @@ pub(crate) async fn execute(
     // crisis bound; any other turn waits for its commit and fails as before.
     let mut guard = Some(guard);
     let saved = if level.needs_crisis_response() {
-        match crisis_commit(rt, commit, &mut guard).await {
+        match crisis_commit(rt, commit, messages_before, &mut guard).await {
             CrisisCommit::Saved => true,
             CrisisCommit::Failed => {
                 diagnostics.set("storage_status", "commit_failed");
@@ -473,10 +477,7 @@ pub(crate) async fn execute(
         }
     } else {
         let stage = spans::Stage::start("commit", "commit_ms");
-        inner
-            .stores
-            .threads
-            .commit_turn(commit)
+        commit_turn(inner.stores.threads.clone(), commit, messages_before)
             .instrument(stage.span())
             .await?;
         stage.end(&mut diagnostics);
@@ -507,7 +508,13 @@ pub(crate) async fn execute(
     }
     drop(guard);
 
-    let output = steps::output(&answered, session_action, diagnostics, saved);
+    let output = steps::output(
+        &answered,
+        session_action,
+        diagnostics,
+        saved,
+        memory_after.extraction_eligible,
+    );
     let output = deliver(events, output, &reply.sent(), started).await;
     spans::finish_turn(&output);
     tracing::info!(
@@ -540,17 +547,18 @@ enum CrisisCommit {
 async fn crisis_commit(
     rt: &Runtime,
     commit: TurnCommit,
+    loaded: u64,
     guard: &mut Option<opencouch_store::ThreadGuard>,
 ) -> CrisisCommit {
     let inner = &rt.inner;
     let threads = inner.stores.threads.clone();
-    let mut committing = tokio::spawn(async move { threads.commit_turn(commit).await }.instrument(
-        tracing::info_span!(
+    let mut committing = tokio::spawn(
+        async move { commit_turn(threads, commit, loaded).await }.instrument(tracing::info_span!(
             "stage",
             "otel.name" = "commit",
             "opencouch.stage" = "commit"
-        ),
-    ));
+        )),
+    );
     let outcome = tokio::select! {
         biased;
         done = &mut committing => Some(done),
@@ -586,6 +594,43 @@ async fn crisis_commit(
     }
 }
 
+/// The turn's commit under the retry policy (`crate::retry`): a transient
+/// failure is retried once, and only when the store proves the first
+/// attempt was not applied: the thread's stored transcript length (its
+/// snapshot's version) is still `loaded`, the length this turn read under
+/// the thread lock, which no other turn can change meanwhile. A failure
+/// that is not transient, or a proof that cannot be read, fails as before.
+async fn commit_turn(
+    threads: std::sync::Arc<dyn opencouch_store::ThreadStore>,
+    commit: TurnCommit,
+    loaded: u64,
+) -> Result<opencouch_store::CommitOutcome, StoreError> {
+    use crate::retry::{IoStage, RETRY_WAIT, Retry, policy};
+    let first = threads.commit_turn(commit.clone()).await;
+    let e = match first {
+        Ok(done) => return Ok(done),
+        Err(e) => e,
+    };
+    let again = matches!(policy(IoStage::Commit), Retry::WhenNotApplied(n) if n > 1);
+    if !again || !e.is_transient() {
+        return Err(e);
+    }
+    let stored = match threads.load(&commit.state.thread_id, 1).await {
+        Ok(snapshot) => snapshot.map_or(0, |s| s.state.message_count),
+        Err(read) => {
+            tracing::warn!(error = %read, "commit failed and its outcome cannot be read; not retrying");
+            return Err(e);
+        }
+    };
+    if stored != loaded {
+        tracing::warn!("commit failed but the thread changed; not retrying");
+        return Err(e);
+    }
+    tracing::warn!(error = %e, "commit failed before it was applied; retrying once");
+    tokio::time::sleep(RETRY_WAIT).await;
+    threads.commit_turn(commit).await
+}
+
 /// What the answering part of a turn (steps 3–6) starts from.
 struct Question<'a> {
     verdict: &'a GateVerdict,
@@ -603,6 +648,8 @@ struct Question<'a> {
 struct Answer {
     triage: Option<crate::triage::TriageDecision>,
     route_plan: plan::RoutePlan,
+    /// The session stage inferred for the turn.
+    stage: opencouch_core::state::SessionStage,
     outcome: specialists::SpecialistOutcome,
 }
 
@@ -647,6 +694,20 @@ async fn answer(
     stage.outcome(route_plan.kind.as_str());
     stage.end(diagnostics);
     events.status(route_plan.kind.stage()).await;
+
+    // Where the session is in its arc (pure; see `session_stage`).
+    let session_stage = crate::session_stage::infer(&crate::session_stage::StageCues {
+        previous: q.state.session_progress.stage,
+        turn: q.state.session_progress.turn_count + 1,
+        message: &input.message,
+        level,
+        exercise: q.state.exercise_state.is_some()
+            || route_plan.kind == plan::PlanKind::GuidedExercise,
+        style: route_plan.style,
+        model: triage.as_ref().and_then(|t| t.session_stage),
+    });
+    diagnostics.set("session_stage", session_stage.stage.as_str());
+    diagnostics.set("session_stage_cue", session_stage.cue.as_str());
 
     let memory = if route_plan.kind.loads_memory() {
         let stage = spans::Stage::start("retrieval", "retrieval_ms");
@@ -699,6 +760,7 @@ async fn answer(
         episode: q.episode,
         reply: q.reply,
         own_plan: own_plan.as_ref(),
+        stage: Some(session_stage.stage),
     };
     let stage = spans::Stage::start("specialist", "specialist_ms");
     let mut outcome = specialists::run(&inner.ports, spec_input)
@@ -718,6 +780,7 @@ async fn answer(
     Answer {
         triage,
         route_plan,
+        stage: session_stage.stage,
         outcome,
     }
 }
@@ -896,6 +959,10 @@ async fn unsaved_crisis_turn(
         session_action: SessionAction::None,
         crisis: verdict.assessment().clone(),
         resources: outcome.resources.clone(),
+        mode: outcome.style,
+        mode_type: opencouch_core::ModeType::Crisis,
+        mode_source: opencouch_core::ModeSource::CrisisGate,
+        should_persist_memory: false,
         diagnostics,
         saved: false,
     };

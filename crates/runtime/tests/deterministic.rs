@@ -572,3 +572,35 @@ async fn the_request_names_the_runtime_its_turn_runs_in() {
     rt.run_turn(input).await.expect("turn");
     assert_eq!(transcript_len(&rt, "mm").await, 0);
 }
+
+/// Session-stage inference through the real turn driver: a scripted
+/// conversation's stages are stored in the session progress turn by turn
+/// and named in the diagnostics.
+#[tokio::test]
+async fn a_scripted_conversation_moves_through_the_session_stages() {
+    use opencouch_core::state::SessionStage as S;
+    let rt = deterministic();
+    let script = [
+        ("hi", S::Opening),
+        ("I'm panicking and I can't breathe properly", S::Stabilizing),
+        (
+            "it is a bit better now, work has just been a lot",
+            S::Deepening,
+        ),
+        ("ok, that's all for today, thanks for listening", S::Closing),
+    ];
+    for (message, want) in script {
+        let out = turn(&rt, "stages", message).await;
+        assert_eq!(
+            out.diagnostics.get_str("session_stage"),
+            Some(want.as_str()),
+            "{message}: cue {:?}",
+            out.diagnostics.get_str("session_stage_cue")
+        );
+        assert_eq!(
+            state(&rt, "stages").await.session_progress.stage,
+            Some(want),
+            "{message}"
+        );
+    }
+}

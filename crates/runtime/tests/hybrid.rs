@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::ThroughService;
 use common::{fake_model, hybrid, shows_resource_number, state, transcript_len, turn};
 use opencouch_core::{ResponseStyle, ResponseType, Route, RuntimeMode};
 use opencouch_runtime::{Runtime, RuntimeOptions};
@@ -438,4 +439,164 @@ mod crisis_property {
             })
             .expect("property holds");
     }
+}
+
+const LIST_TOOL: &str = "list_guided_exercise_skills";
+
+/// The tools the therapeutic specialist's last request offered, sorted (as
+/// the fake model received them).
+fn therapeutic_tools_offered(fake: &FakeOpenAi) -> Vec<String> {
+    let mut names = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.tool_names().iter().any(|t| t == SKILL_TOOL))
+        .map(|r| r.tool_names())
+        .unwrap_or_default();
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test]
+async fn a_therapeutic_turn_offers_the_five_read_and_offer_tools() {
+    let fake = fake_with("therapeutic").await;
+    fake.set_default(Reply::text("That sounds like a lot to carry."));
+    let rt = hybrid(&fake);
+    let out = turn(&rt, "h-five", "this week has been exhausting").await;
+    assert_eq!(out.route, Route::Therapeutic);
+    assert_eq!(
+        therapeutic_tools_offered(&fake),
+        [
+            GROUNDED_TOOL,
+            LIST_TOOL,
+            SKILL_TOOL,
+            "show_memory_status",
+            "show_saved_memory",
+        ]
+    );
+    assert_eq!(out.mode_source, opencouch_core::ModeSource::Llm);
+    // The first turn of a session is its opening: stored, shown, and its
+    // stage guidance is in the therapeutic prompt (the context table says so).
+    assert_eq!(out.diagnostics.get_str("session_stage"), Some("opening"));
+    assert_eq!(
+        state(&rt, "h-five").await.session_progress.stage,
+        Some(opencouch_core::state::SessionStage::Opening)
+    );
+    let system = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.tool_names().iter().any(|t| t == SKILL_TOOL))
+        .and_then(|r| r.messages().first().cloned())
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(system.contains("Current stage: opening."), "{system}");
+
+    // Incognito: the persistent-only tool is hidden.
+    let fake = fake_with("therapeutic").await;
+    fake.set_default(Reply::text("That sounds like a lot to carry."));
+    let opts = RuntimeOptions {
+        mode: RuntimeMode::Hybrid,
+        model_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let rt = Runtime::incognito(
+        opencouch_store::EphemeralStores::new(),
+        Some(fake_model(&fake, Duration::from_secs(2))),
+        opts,
+    );
+    let out = rt
+        .run_turn(opencouch_core::AgentInput {
+            memory_mode: opencouch_core::MemoryMode::Incognito,
+            ..opencouch_core::AgentInput::new("h-five-incognito", "this week has been exhausting")
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.route, Route::Therapeutic);
+    assert!(!out.should_persist_memory, "incognito keeps nothing");
+    assert_eq!(
+        therapeutic_tools_offered(&fake),
+        [GROUNDED_TOOL, LIST_TOOL, SKILL_TOOL, "show_memory_status"]
+    );
+}
+
+#[tokio::test]
+async fn an_exercise_offered_after_listing_starts_only_when_accepted_next_turn() {
+    let fake = fake_with("therapeutic").await;
+    fake.push_when(
+        Match::tool_offered(LIST_TOOL),
+        Reply::tool_call(LIST_TOOL, json!({"approach": null})),
+    );
+    let offer = "That sounds really unsettling. Would you like to try box breathing together?";
+    fake.push_when(Match::tool_offered(LIST_TOOL), Reply::text(offer));
+    let rt = hybrid(&fake);
+    let out = turn(&rt, "h-offer", "I can't settle tonight").await;
+    assert_eq!(out.route, Route::Therapeutic);
+    assert_eq!(out.response_text, offer);
+    assert_eq!(
+        tool_calls(&out, "openai_therapeutic_tool_calls"),
+        vec![LIST_TOOL.to_owned()]
+    );
+    assert!(
+        state(&rt, "h-offer").await.exercise_state.is_none(),
+        "the model offers; it never starts an exercise"
+    );
+    // The list's result reached the model with its side-effect flags.
+    let result = fake
+        .requests()
+        .into_iter()
+        .flat_map(|r| r.messages().to_vec())
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .expect("a tool result was sent back");
+    let result: Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(result["side_effect"], false);
+    assert_eq!(result["retry_safe"], true);
+    assert!(
+        result["exercises"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    );
+
+    // The person accepts on the next message: the app starts it.
+    fake.push_when(
+        triage_request(),
+        triage_reply(
+            "guided_exercise",
+            "start",
+            "accepted_assistant_offer",
+            Some("grounding_box_breathing"),
+        ),
+    );
+    fake.set_default(Reply::text(
+        "Let's begin. Breathe in slowly for a count of four.",
+    ));
+    let out = turn(&rt, "h-offer", "yes please").await;
+    assert_eq!(out.route, Route::GuidedExercise);
+    assert_eq!(
+        state(&rt, "h-offer")
+            .await
+            .exercise_state
+            .map(|e| e.exercise_type),
+        Some("grounding_box_breathing".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn a_claimed_acceptance_without_an_offer_starts_nothing() {
+    let fake = fake_with("therapeutic").await;
+    fake.push_when(
+        triage_request(),
+        triage_reply(
+            "guided_exercise",
+            "start",
+            "accepted_assistant_offer",
+            Some("grounding_box_breathing"),
+        ),
+    );
+    fake.set_default(Reply::text("I'm here with you."));
+    let rt = hybrid(&fake);
+    let out = turn(&rt, "h-no-offer", "yes").await;
+    assert_eq!(out.route, Route::Therapeutic);
+    assert!(state(&rt, "h-no-offer").await.exercise_state.is_none());
 }

@@ -188,3 +188,51 @@ async fn hybrid_with_the_model_and_the_store_down_still_answers() {
         assert!(!out.resources.is_empty(), "{fault:?}");
     }
 }
+
+/// The retry policy (`opencouch_runtime::retry`): one transient store
+/// failure (a dropped connection the next attempt no longer sees) no longer
+/// fails the turn: the load is read again, the commit is made again once
+/// the store shows it was not applied, the crisis log is appended again.
+/// Two failures in a row still fail an ordinary turn, as before.
+#[tokio::test]
+async fn a_single_transient_store_failure_no_longer_fails_the_turn() {
+    for fault in [Fault::Load, Fault::Commit] {
+        let (rt, faults) = faulty();
+        faults.fail_times(fault, 1);
+        let out = rt
+            .run_turn(AgentInput::new("sf-once", ORDINARY))
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?} once: {e}"));
+        assert!(out.saved, "{fault:?}");
+        assert_eq!(
+            transcript_len(&rt, "sf-once").await,
+            2,
+            "{fault:?}: committed exactly once"
+        );
+    }
+
+    let (rt, faults) = faulty();
+    faults.fail_times(Fault::CrisisLog, 1);
+    let out = rt
+        .run_turn(AgentInput::new("sf-log", IMMINENT))
+        .await
+        .expect("a crisis reply");
+    assert!(out.saved);
+    assert_eq!(
+        out.diagnostics.get_str("crisis_log_status"),
+        Some("captured")
+    );
+
+    let (rt, faults) = faulty();
+    faults.fail_times(Fault::Commit, 2);
+    assert!(
+        rt.run_turn(AgentInput::new("sf-twice", ORDINARY))
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        transcript_len(&rt, "sf-twice").await,
+        0,
+        "nothing half-saved"
+    );
+}

@@ -125,7 +125,8 @@ fn memory_tools_are_the_memory_crates() {
     assert_eq!(incognito, INCOGNITO_TOOLS.into_iter().collect());
 }
 
-/// What each turn offered when the lists were written by hand.
+/// What each turn offers (the lists were first written by hand; the
+/// therapeutic turn gained the seed's read and offer tools since).
 #[test]
 fn each_turn_offers_what_it_did_before_the_registry() {
     let memory: Vec<&str> = {
@@ -140,7 +141,24 @@ fn each_turn_offers_what_it_did_before_the_registry() {
                 &["get_crisis_support_template", "lookup_crisis_resources"],
             ),
             (Toolset::CrisisClarification, &[]),
-            (Toolset::Therapeutic, &["load_therapeutic_response_skill"]),
+            (
+                Toolset::Therapeutic,
+                match mode {
+                    MemoryMode::Persistent => &[
+                        "answer_grounded_lookup",
+                        "list_guided_exercise_skills",
+                        "load_therapeutic_response_skill",
+                        "show_memory_status",
+                        "show_saved_memory",
+                    ],
+                    MemoryMode::Incognito => &[
+                        "answer_grounded_lookup",
+                        "list_guided_exercise_skills",
+                        "load_therapeutic_response_skill",
+                        "show_memory_status",
+                    ],
+                },
+            ),
             (Toolset::GroundedLookup, &["answer_grounded_lookup"]),
             (Toolset::ExerciseStart, &["load_guided_exercise_skill"]),
             (
@@ -159,5 +177,73 @@ fn each_turn_offers_what_it_did_before_the_registry() {
             MemoryMode::Incognito => &["show_memory_status"],
         };
         assert_eq!(offered(Toolset::MemoryControl, mode), want_memory);
+    }
+}
+
+/// The therapeutic turn's real toolbox is the registry's set, and holds no
+/// memory mutator in either mode.
+#[test]
+fn the_therapeutic_toolbox_is_the_registrys_and_has_no_mutator() {
+    for &mode in MemoryMode::ALL {
+        let rt = runtime(mode);
+        let toolbox = opencouch_runtime::specialists::therapeutic_toolbox(rt.ports());
+        assert_eq!(
+            toolbox.names(),
+            offered(Toolset::Therapeutic, mode),
+            "{mode}"
+        );
+        for mutator in tools::MEMORY_MUTATORS {
+            assert!(toolbox.get(mutator).is_none(), "{mutator} in {mode}");
+        }
+    }
+}
+
+/// Every result a toolbox hands the model carries `side_effect` and
+/// `retry_safe`: tools' own values are kept, the rest come from the
+/// registry.
+#[tokio::test]
+async fn every_tool_result_carries_side_effect_and_retry_safe() {
+    use opencouch_runtime::agent::stamp_result;
+    use serde_json::json;
+    for t in TOOLS {
+        let mut v = json!({"ok": true});
+        stamp_result(t.name, &mut v);
+        assert_eq!(v["side_effect"], false, "{}", t.name);
+        assert_eq!(v["retry_safe"], t.retry_safe, "{}", t.name);
+    }
+    let mut own = json!({"ok": true, "side_effect": true, "retry_safe": false});
+    stamp_result("show_saved_memory", &mut own);
+    assert_eq!(
+        own,
+        json!({"ok": true, "side_effect": true, "retry_safe": false})
+    );
+    let mut unknown = json!({"ok": false, "error": "unknown_tool"});
+    stamp_result("made_up", &mut unknown);
+    assert_eq!(unknown["retry_safe"], false);
+    // The memory crate's own flags agree with the registry's.
+    let rt = runtime(MemoryMode::Persistent);
+    let memory = MemoryTools::new(rt.memory_ports(), None);
+    for t in TOOLS
+        .iter()
+        .filter(|t| matches!(t.schema, Schema::MemoryCrate))
+    {
+        let tool = memory.get(t.name).expect("implemented");
+        let ctx = opencouch_runtime::tools::ToolContext {
+            thread_id: "t".into(),
+            user_id: None,
+            owner_id: "owner".into(),
+            memory_mode: MemoryMode::Persistent,
+            channel: opencouch_core::Channel::Test,
+            message: "hello there".into(),
+            history: Vec::new(),
+            crisis: opencouch_core::CrisisAssessment::none("test"),
+            episode_country: None,
+            follow_up: None,
+            installed: Default::default(),
+            effects: Default::default(),
+        };
+        let out = tool.call(&ctx, json!({})).await.expect("a JSON result");
+        assert_eq!(out["retry_safe"], t.retry_safe, "{}", t.name);
+        assert!(out["side_effect"].is_boolean(), "{}", t.name);
     }
 }

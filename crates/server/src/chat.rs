@@ -108,6 +108,11 @@ pub struct ChatRequest {
     /// fast (default) or quality.
     #[serde(default)]
     pub response_model_tier: Option<ModelTier>,
+    /// Skills installed for this conversation (response styles and guided
+    /// exercise ids; empty or absent: all). An unknown name is a 422
+    /// `invalid_input`.
+    #[serde(default)]
+    pub installed_skills: Vec<String>,
 }
 
 /// The longest client thread id accepted (the service API's one rule).
@@ -130,6 +135,7 @@ impl AppState {
         );
         turn.memory_mode = Some(req.memory_mode.unwrap_or(self.limits().default_memory_mode));
         turn.response_model_tier = req.response_model_tier;
+        turn.installed_skills = req.installed_skills;
         self.service().prepare(turn).map_err(ApiError::from)
     }
 }

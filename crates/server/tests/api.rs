@@ -472,6 +472,11 @@ async fn chat_flow_threads_and_end_session() {
     let v = chat(&f, &f.alice, "t1", "I feel a bit anxious about tomorrow").await;
     assert_eq!(v["thread_id"], "t1", "the client sees its own thread id");
     assert_eq!(v["response_type"], "therapeutic");
+    // The public contract: mode, mode_type, mode_source, should_persist_memory.
+    assert_eq!(v["mode"], v["response_style"], "{v}");
+    assert_eq!(v["mode_type"], "therapeutic");
+    assert!(v["mode_source"].is_string(), "{v}");
+    assert_eq!(v["should_persist_memory"], true);
     assert!(!v["response_text"].as_str().unwrap().is_empty());
     let (status, list) = call(&f.app, GET, "/api/threads", Some(&f.alice), None).await;
     assert_eq!(status, StatusCode::OK);
@@ -517,6 +522,44 @@ async fn crisis_message_gets_a_crisis_reply() {
     .await;
     assert_eq!(v["response_type"], "crisis", "{v}");
     assert!(v["crisis"]["level"].as_u64().unwrap() >= 2);
+    assert_eq!(v["mode"], "crisis_response");
+    assert_eq!(v["mode_type"], "crisis");
+    assert_eq!(v["mode_source"], "crisis_gate");
+    assert_eq!(v["should_persist_memory"], false);
+}
+
+#[tokio::test]
+async fn installed_skills_are_accepted_and_unknown_ones_refused() {
+    let f = fixture().await;
+    let body = json!({
+        "message": "I keep going over what happened at work",
+        "thread_id": "sk1",
+        "installed_skills": ["reflective", "therapeutic_response/clarifying", "grounding_box_breathing"],
+    })
+    .to_string();
+    let (status, v) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert!(
+        ["reflective", "clarifying"].contains(&v["response_style"].as_str().unwrap()),
+        "only installed styles answer: {v}"
+    );
+    let body = json!({
+        "message": "hello",
+        "thread_id": "sk2",
+        "installed_skills": ["reflective", "mind_reading"],
+    })
+    .to_string();
+    let (status, v) = call(&f.app, POST, "/api/chat", Some(&f.alice), Some(&body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["code"], "invalid_input");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("installed_skills entry 1"), "{message}");
+    assert!(!message.contains("mind_reading"), "the input is not echoed");
+    assert_eq!(
+        stored_threads(&f.rt).await,
+        1,
+        "the refused turn wrote nothing"
+    );
 }
 
 #[tokio::test]

@@ -81,6 +81,8 @@ async fn sse_stream_sends_named_events_with_done_last() {
     }
     let done = &events.last().unwrap().1;
     assert_eq!(done["output"]["thread_id"], "s1");
+    assert_contract_fields(&done["output"]);
+    assert_eq!(done["output"]["should_persist_memory"], true);
     let text: String = events
         .iter()
         .filter(|(n, _)| n == "chunk")
@@ -100,6 +102,18 @@ async fn sse_stream_sends_named_events_with_done_last() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
+}
+
+/// The public turn contract's fields on a turn output (`done`, JSON).
+fn assert_contract_fields(output: &Value) {
+    assert_eq!(output["mode"], output["response_style"], "{output}");
+    assert_eq!(output["mode_type"], "therapeutic", "{output}");
+    assert!(
+        ["keyword", "llm", "default", "crisis_gate"]
+            .contains(&output["mode_source"].as_str().unwrap_or("")),
+        "{output}"
+    );
+    assert!(output["should_persist_memory"].is_boolean(), "{output}");
 }
 
 async fn ws_connect(
@@ -147,6 +161,28 @@ async fn websocket_sends_json_events_with_done_last_then_closes() {
         .collect();
     assert_order(&names);
     assert_eq!(events.last().unwrap()["output"]["thread_id"], "w1");
+    assert_contract_fields(&events.last().unwrap()["output"]);
+
+    // Installed skills are accepted on the first message; an unknown one is
+    // one invalid_input error event.
+    let mut ws = ws_connect(addr, &f.alice).await;
+    ws.send(Message::Text(
+        r#"{"message":"hello again","thread_id":"w3","installed_skills":["reflective","grounding_box_breathing"]}"#
+            .into(),
+    ))
+    .await
+    .unwrap();
+    let events = ws_collect(&mut ws).await;
+    assert_eq!(events.last().unwrap()["type"], "done", "{events:?}");
+    let mut ws = ws_connect(addr, &f.alice).await;
+    ws.send(Message::Text(
+        r#"{"message":"hello again","thread_id":"w3","installed_skills":["no_such_skill"]}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let events = ws_collect(&mut ws).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["code"], "invalid_input");
 
     // A bad request: one error event, then close.
     let mut ws = ws_connect(addr, &f.alice).await;

@@ -55,6 +55,9 @@ struct Flags {
     /// Milliseconds each operation of a group waits before it runs (a
     /// stalled database: a held lock, a long vacuum).
     stalls: [std::sync::atomic::AtomicU64; 5],
+    /// How many more operations of a group fail once each (a transient
+    /// fault: a dropped connection that the next attempt no longer sees).
+    times: [std::sync::atomic::AtomicU64; 5],
 }
 
 /// Turns faults on and off while the wrapped stores are in use.
@@ -84,6 +87,12 @@ impl FaultSwitch {
         self.0.stalls[fault as usize].store(ms, Ordering::SeqCst);
     }
 
+    /// Makes the next `n` operations of `fault`'s group fail, then work
+    /// again (a transient fault).
+    pub fn fail_times(&self, fault: Fault, n: u64) {
+        self.0.times[fault as usize].store(n, Ordering::SeqCst);
+    }
+
     /// Every fault at once: the database is gone.
     pub fn set_all(&self, on: bool) {
         for f in [
@@ -102,7 +111,10 @@ impl FaultSwitch {
         if stall > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(stall)).await;
         }
-        if self.flag(fault).load(Ordering::SeqCst) {
+        let once = self.0.times[fault as usize]
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if once || self.flag(fault).load(Ordering::SeqCst) {
             Err(StoreError::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
                 "injected store fault",

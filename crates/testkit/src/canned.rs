@@ -61,7 +61,8 @@ pub fn triage_json(route: &str, flow: &str, basis: &str, exercise: Option<&str>)
         "clarification_kind": "none",
         "secondary_route": null,
         "clarification_question": null,
-        "confidence": "high"
+        "confidence": "high",
+        "session_stage": null
     })
 }
 

@@ -40,6 +40,15 @@ pub fn lines(out: &AgentOutput) -> Vec<String> {
             .map(|a| format!(" · {a}"))
             .unwrap_or_default()
     ));
+    if let Some(stage) = d.get("session_stage") {
+        lines.push(format!(
+            "stage {}{}",
+            show(stage),
+            d.get("session_stage_cue")
+                .map(|v| format!(" ({})", show(v)))
+                .unwrap_or_default()
+        ));
+    }
     lines.push(format!(
         "crisis level {}{}",
         out.crisis.level.get(),
@@ -95,4 +104,34 @@ pub fn verbose_line(out: &AgentOutput) -> String {
             .map(|v| format!(" · {} ms", show(v)))
             .unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_stage_is_shown_with_its_cue_when_the_turn_has_one() {
+        let mut out: AgentOutput = serde_json::from_value(serde_json::json!({
+            "thread_id": "t",
+            "response_text": "ok",
+            "response_type": "therapeutic",
+            "route": "therapeutic",
+            "response_style": "reflective",
+            "session_action": "none",
+            "crisis": {"level": 0, "confidence": "high", "reason": "no risk",
+                       "needs_crisis_response": false, "needs_clarification": false},
+            "diagnostics": {},
+            "saved": true
+        }))
+        .expect("an output");
+        assert!(!lines(&out).iter().any(|l| l.starts_with("stage ")));
+        out.diagnostics.set("session_stage", "deepening");
+        out.diagnostics.set("session_stage_cue", "disclosure");
+        assert!(
+            lines(&out).contains(&"stage deepening (disclosure)".to_owned()),
+            "{:?}",
+            lines(&out)
+        );
+    }
 }

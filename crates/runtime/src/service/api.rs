@@ -302,6 +302,9 @@ impl Service {
                 "response_model_tier must be fast or quality",
             ));
         }
+        if let Err(e) = crate::skills::resolve(&req.installed_skills) {
+            return Err(ServiceError::new(ErrorCode::InvalidInput, e.to_string()));
+        }
         let mode = req.memory_mode.unwrap_or(self.default_mode);
         let gate_only = match req.caller {
             Caller::GateOnly(why) => Some(why),
@@ -312,6 +315,7 @@ impl Service {
         input.channel = req.channel;
         input.memory_mode = mode;
         input.response_model_tier = tier;
+        input.installed_skills = req.installed_skills;
         Ok(PreparedTurn {
             rt: self.runtime(mode).clone(),
             input,

@@ -251,6 +251,10 @@ mod tests {
             session_action: SessionAction::None,
             crisis: CrisisAssessment::none("test"),
             resources: Vec::new(),
+            mode: ResponseStyle::default(),
+            mode_type: opencouch_core::ModeType::Therapeutic,
+            mode_source: opencouch_core::ModeSource::Default,
+            should_persist_memory: saved,
             diagnostics: Diagnostics::new(),
             saved,
         })

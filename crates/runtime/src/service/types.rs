@@ -85,6 +85,10 @@ pub struct TurnRequest {
     pub response_model_tier: Option<ModelTier>,
     /// The channel it came through.
     pub channel: Channel,
+    /// The skills installed for this conversation (response styles and
+    /// guided exercises by name; empty: all). An unknown name is refused
+    /// with `invalid_input` (see [`crate::skills`]).
+    pub installed_skills: Vec<String>,
 }
 
 impl TurnRequest {
@@ -102,6 +106,7 @@ impl TurnRequest {
             memory_mode: None,
             response_model_tier: None,
             channel,
+            installed_skills: Vec::new(),
         }
     }
 
@@ -125,6 +130,7 @@ impl From<AgentInput> for TurnRequest {
             memory_mode: Some(input.memory_mode),
             response_model_tier: Some(input.response_model_tier),
             channel: input.channel,
+            installed_skills: input.installed_skills,
         }
     }
 }

@@ -611,6 +611,7 @@ impl Service {
                 .as_ref()
                 .and_then(|e| e.country_code.clone()),
             follow_up: None,
+            installed: crate::skills::InstalledSkills::default(),
             effects: Mutex::default(),
         };
         let tool: Option<std::sync::Arc<dyn Tool>> = match name {
@@ -652,10 +653,12 @@ impl Service {
         let Some(tool) = tool else {
             return Ok(ToolError::Refused("not_available_in_incognito").to_json());
         };
-        let output = match tool.call(&ctx, args).await {
+        let mut output = match tool.call(&ctx, args).await {
             Ok(v) => v,
             Err(e) => e.to_json(),
         };
+        // Like every text tool result: `side_effect` and `retry_safe`.
+        crate::agent::stamp_result(name, &mut output);
         // Save what the call changed in the thread's state.
         let effects = ctx.effects.into_inner().unwrap_or_default();
         let mut changed = false;

@@ -198,11 +198,18 @@ async fn require_owner(State(state): State<AppState>, mut req: Request, next: Ne
         AuthMode::Tokens(users) => {
             // Requests without a valid token are limited per client address
             // before any token lookup.
+            // A token that checked out recently is not held back by this
+            // limit (an anonymous client at the same address, or behind the
+            // same proxy, must not lock a valid user out); it is still
+            // verified below.
             let client = crate::conn::client_key(&req, &state.limits().trusted_proxies);
-            if let Err(wait) = state.unauthenticated().check(&client, now) {
+            let token = bearer_token(req.headers()).map(str::to_owned);
+            let known = token
+                .as_deref()
+                .is_some_and(|t| state.tokens().known_good(t, now));
+            if !known && let Err(wait) = state.unauthenticated().check(&client, now) {
                 return over_limit(&state, req, next, wait).await;
             }
-            let token = bearer_token(req.headers()).map(str::to_owned);
             let verified = match token.as_deref() {
                 Some(t) => state.tokens().verify(users, t, now).await,
                 None => Ok(None),

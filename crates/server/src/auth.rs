@@ -201,10 +201,22 @@ const FAILED_TOKENS_MAX: usize = 4096;
 /// hide a valid token: new tokens are random (a server never saw them
 /// before), and a revoked token never becomes valid again (re-adding a name
 /// issues a new token).
+///
+/// It also remembers, for [`KNOWN_GOOD_TTL`], which tokens checked out, by
+/// hash: such a token is still verified against the store on every request
+/// (revocation stays immediate), but the per-address limit for requests
+/// without a valid token does not stand in its way ([`Self::known_good`]),
+/// so an anonymous client at the same address (or behind the same proxy)
+/// cannot lock a valid user out.
 #[derive(Debug, Default)]
 pub struct TokenCache {
     failed: Mutex<HashMap<String, Instant>>,
+    good: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long a token that checked out counts as known (see
+/// [`TokenCache::known_good`]).
+pub const KNOWN_GOOD_TTL: Duration = Duration::from_secs(600);
 
 impl TokenCache {
     /// The owner for `token` (`None` when unknown or revoked): from the
@@ -223,10 +235,41 @@ impl TokenCache {
             return Ok(None);
         }
         let owner = users.verify(token).await?;
-        if owner.is_none() {
-            self.remember_failure(hash, now);
+        match owner {
+            None => {
+                self.good_lock().remove(&hash);
+                self.remember_failure(hash, now);
+            }
+            Some(_) => self.remember_good(hash, now),
         }
         Ok(owner)
+    }
+
+    /// Whether `token` checked out within [`KNOWN_GOOD_TTL`] (it is still
+    /// verified against the store before it is used). A guessed token is
+    /// never known: only a verification that succeeded records one.
+    pub fn known_good(&self, token: &str, now: Instant) -> bool {
+        let hash = hash_token(token);
+        self.good_lock()
+            .get(&hash)
+            .is_some_and(|at| now.saturating_duration_since(*at) < KNOWN_GOOD_TTL)
+    }
+
+    fn good_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.good
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn remember_good(&self, hash: String, now: Instant) {
+        let mut good = self.good_lock();
+        if good.len() >= FAILED_TOKENS_MAX {
+            good.retain(|_, at| now.saturating_duration_since(*at) < KNOWN_GOOD_TTL);
+            if good.len() >= FAILED_TOKENS_MAX {
+                good.clear();
+            }
+        }
+        good.insert(hash, now);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {

@@ -68,6 +68,14 @@ fn protected_routes() -> Vec<(Method, &'static str, Option<&'static str>, Status
             None,
             StatusCode::NOT_FOUND,
         ),
+        (GET, "/api/safety-plan", None, StatusCode::OK),
+        (
+            Method::PUT,
+            "/api/safety-plan",
+            Some(r#"{"coping":["a walk"]}"#),
+            StatusCode::OK,
+        ),
+        (Method::DELETE, "/api/safety-plan", None, StatusCode::OK),
         (GET, "/api/export", None, StatusCode::OK),
         (POST, "/api/forget-me", None, StatusCode::OK),
         (
@@ -121,7 +129,10 @@ async fn every_protected_route_needs_a_token_and_hides_other_users_data() {
     for (method, template) in opencouch_server::api::ROUTES {
         if matches!(
             *template,
-            "/api/health" | "/api/openapi.json" | "/api/chat/ws" | "/metrics"
+            // `/api/sos` is public on purpose (the verified lines for
+            // anyone; tests/safety_plan.rs shows it never gives another
+            // person's plan).
+            "/api/health" | "/api/openapi.json" | "/api/chat/ws" | "/metrics" | "/api/sos"
         ) {
             continue;
         }

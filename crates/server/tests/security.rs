@@ -561,6 +561,45 @@ async fn bad_tokens_are_rate_limited_per_address_before_any_lookup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_at_one_address_do_not_lock_out_a_valid_user_there() {
+    let limits = Limits {
+        unauthenticated_rate_per_minute: 3,
+        ..common::limits()
+    };
+    let (state, users, alice) = token_state(limits).await;
+    let addr = start(state).await;
+    let get = |bearer: String| async move {
+        raw(
+            addr,
+            "GET",
+            "/api/threads",
+            &[("Authorization", &bearer)],
+            "",
+        )
+        .await
+    };
+    // Alice signs in once, then someone at the same address (or behind the
+    // same proxy) sends bad tokens until the per-address limit answers 429.
+    assert_eq!(get(format!("Bearer {alice}")).await.status, 200);
+    let mut last = 0;
+    for i in 0..6 {
+        last = get(format!("Bearer wrong-{i}")).await.status;
+    }
+    assert_eq!(last, 429);
+    // Alice's requests still go through, checked against the store each time.
+    for _ in 0..3 {
+        let r = get(format!("Bearer {alice}")).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    // Revoked: refused at once, and the per-address limit applies again.
+    users.revoke("alice", chrono::Utc::now()).await.unwrap();
+    let r = get(format!("Bearer {alice}")).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    let r = get(format!("Bearer {alice}")).await;
+    assert_eq!(r.status, 429, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_token_fails_at_once_despite_the_cache() {
     let (state, users, alice) = token_state(common::limits()).await;
     let addr = start(state).await;

@@ -377,7 +377,9 @@ fn numbers(text: &str) -> Vec<String> {
     for c in text.chars() {
         if c.is_ascii_digit() {
             cur.push(c);
-        } else if !(matches!(c, ' ' | '-' | '.' | '(' | ')' | '+') && !cur.is_empty()) {
+        } else if cur.is_empty() || !matches!(c, ' ' | '-' | '.' | '(' | ')' | '+') {
+            // Separators inside a number ("116 123") keep it whole; anything
+            // else ends it.
             if cur.len() >= 3 {
                 out.push(std::mem::take(&mut cur));
             }

@@ -183,7 +183,7 @@ fn simplify(message: &str) -> String {
 pub fn request(message: &str) -> Option<PlanRequest> {
     let t = texts().ok()?;
     let m = simplify(message);
-    if t.words.bare.iter().any(|b| *b == m) {
+    if t.words.bare.contains(&m) {
         return Some(PlanRequest::Bare);
     }
     let at = m
@@ -220,7 +220,7 @@ pub fn request(message: &str) -> Option<PlanRequest> {
 /// Whether `message` is one of `list` once simplified.
 fn one_of(list: &[String], message: &str) -> bool {
     let m = simplify(message);
-    list.iter().any(|w| *w == m)
+    list.contains(&m)
 }
 
 /// The person pauses the flow.

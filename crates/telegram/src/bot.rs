@@ -563,7 +563,7 @@ impl Inner {
         let Some(last) = entries.last() else {
             return Ok(None);
         };
-        if last.index + 1 <= row.message_count || last.message.role != Role::Assistant {
+        if last.index < row.message_count || last.message.role != Role::Assistant {
             return Ok(None);
         }
         let saved = &last.message.content;

@@ -185,7 +185,13 @@
     // A crisis reply arrives even when storage fails; say so calmly, once.
     box.dataset.saved = output.saved === false ? "0" : "1";
     if (output.saved === false && !box.querySelector(".unsaved")) {
-      box.append(el("p", { class: "unsaved", text: "This conversation couldn't be saved right now." }));
+      // A commit still running past the crisis bound is slow storage, not
+      // lost: it is saved when it lands.
+      const pending = output.diagnostics && output.diagnostics.storage_status === "commit_pending";
+      const text = pending
+        ? "Saving this conversation is taking longer than usual; it will be saved as soon as storage answers."
+        : "This conversation couldn't be saved right now.";
+      box.append(el("p", { class: "unsaved", text }));
     }
   }
 

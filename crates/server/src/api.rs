@@ -127,7 +127,9 @@ async fn not_found_route() -> ApiError {
     ApiError::not_found("route")
 }
 
-async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+async fn timeout(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    req.extensions_mut()
+        .insert(crate::extract::BodyTimeout(state.limits().body_timeout));
     match tokio::time::timeout(state.limits().request_timeout, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {

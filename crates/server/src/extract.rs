@@ -12,6 +12,12 @@ use crate::error::ApiError;
 /// parsed by the handler.
 pub struct Body(pub Bytes);
 
+/// How long a body may take to arrive (set per request by the router from
+/// [`crate::Limits::body_timeout`]); a slow body is 408, not the request
+/// timeout's 503.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
+
 impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
@@ -21,7 +27,22 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             crate::guard::require_json(req.headers(), false)?;
         }
         let headers = req.headers().clone();
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+        let limit = req.extensions().get::<BodyTimeout>().map(|t| t.0);
+        let read = Bytes::from_request(req, state);
+        let read = match limit {
+            Some(limit) => match tokio::time::timeout(limit, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request_timeout",
+                        "the request body did not arrive in time",
+                    ));
+                }
+            },
+            None => read.await,
+        };
+        let bytes = read.map_err(|rej| {
             if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,

@@ -48,6 +48,9 @@ pub struct Limits {
     pub rate_limit_per_minute: u32,
     /// Per-request timeout (503 beyond).
     pub request_timeout: Duration,
+    /// How long a request body may take to arrive once the headers are in
+    /// (408 `request_timeout` beyond; half the request timeout by default).
+    pub body_timeout: Duration,
     /// Memory mode of a chat request that names none.
     pub default_memory_mode: MemoryMode,
     /// Requests without a valid token per minute per client address (429
@@ -70,6 +73,7 @@ impl Limits {
             body_limit_bytes: s.body_limit_bytes,
             rate_limit_per_minute: s.rate_limit_per_minute,
             request_timeout: Duration::from_secs(s.request_timeout_secs.max(1)),
+            body_timeout: Duration::from_secs(s.request_timeout_secs.max(2) / 2),
             default_memory_mode: s.memory_mode,
             unauthenticated_rate_per_minute: s.unauthenticated_rate_per_minute,
             allowed_origins: s
@@ -111,6 +115,9 @@ struct Inner {
     unauthenticated: RateLimiter,
     tokens: auth::TokenCache,
     health: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    /// Set when a turn found storage failing: the next health check
+    /// probes the store instead of answering from its cache.
+    store_failed: Arc<std::sync::atomic::AtomicBool>,
     listen: OnceLock<SocketAddr>,
     metrics: Arc<metrics::Metrics>,
     voice: OnceLock<Arc<opencouch_voice::Voice>>,
@@ -130,9 +137,22 @@ impl AppState {
         let unauthenticated = RateLimiter::new(limits.unauthenticated_rate_per_minute);
         let metrics = Arc::new(metrics::Metrics::default());
         let observed = metrics.clone();
-        service.observe_turns(Arc::new(move |end: &TurnEnd<'_>| match end.outcome {
-            TurnOutcome::Answered(output) => observed.turn(output, end.elapsed),
-            TurnOutcome::Failed { code } => observed.turn_error(code.as_str()),
+        let store_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failed = store_failed.clone();
+        service.observe_turns(Arc::new(move |end: &TurnEnd<'_>| {
+            let storage_failed = match end.outcome {
+                TurnOutcome::Answered(output) => {
+                    observed.turn(output, end.elapsed);
+                    !output.saved
+                }
+                TurnOutcome::Failed { code } => {
+                    observed.turn_error(code.as_str());
+                    code == opencouch_runtime::service::ErrorCode::StorageUnavailable
+                }
+            };
+            if storage_failed {
+                failed.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
         }));
         AppState {
             inner: Arc::new(Inner {
@@ -143,6 +163,7 @@ impl AppState {
                 unauthenticated,
                 tokens: auth::TokenCache::default(),
                 health: tokio::sync::Mutex::new(None),
+                store_failed,
                 listen: OnceLock::new(),
                 metrics,
                 voice: OnceLock::new(),
@@ -216,8 +237,15 @@ impl AppState {
     /// requests wait for the one check in progress).
     pub(crate) async fn store_ok(&self) -> bool {
         let mut cached = self.inner.health.lock().await;
+        // A turn that found storage failing since the last check makes
+        // this one probe at once (the cache would say "ok" for a moment).
+        let failed_since = self
+            .inner
+            .store_failed
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
         if let Some((at, ok)) = *cached
             && at.elapsed() < HEALTH_CACHE
+            && !failed_since
         {
             return ok;
         }

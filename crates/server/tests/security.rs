@@ -957,3 +957,32 @@ async fn history_and_a_timed_out_request_carry_their_headers() {
 
 // ---- item 10: incognito threads are bounded: the host's incognito sweeper,
 // tested in crates/runtime/tests/host.rs ----
+
+/// A body that stops arriving is 408 `request_timeout` after the body
+/// timeout, not held until the request timeout and answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_is_408() {
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_secs(20),
+        ..common::limits()
+    };
+    let addr = start(local_state(limits)).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+         Content-Length: 200\r\nConnection: close\r\n\r\n{{\"message\": \"hel",
+        addr.port()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    tokio::time::timeout(PATIENCE, s.read_to_end(&mut out))
+        .await
+        .expect("response in time")
+        .unwrap();
+    let r = parse_response(&out);
+    assert_eq!(r.status, 408, "{r:?}");
+    assert_eq!(r.code(), "request_timeout");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -343,3 +343,22 @@ async fn postgres_dropped_under_a_running_server_still_answers_a_crisis() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["code"], "storage_unavailable");
 }
+
+/// `/api/health` reuses its store check for a second, but a turn that
+/// found storage failing makes the next health check probe at once.
+#[tokio::test]
+async fn health_notices_a_lost_store_at_once_after_a_failed_turn() {
+    let (app, faults) = faulty_app();
+    let (status, v) = common::call(&app, Method::GET, "/api/health", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["status"], "ok", "{v}");
+    faults.set_all(true);
+    let body = json!({"message": IMMINENT, "thread_id": "h1"}).to_string();
+    let (status, v) = common::call(&app, Method::POST, "/api/chat", None, Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["saved"], false);
+    // Well within the cache's second: the failed turn invalidated it.
+    let (_, v) = common::call(&app, Method::GET, "/api/health", None, None).await;
+    assert_eq!(v["status"], "degraded", "{v}");
+    faults.set_all(false);
+}

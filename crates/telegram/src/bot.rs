@@ -432,8 +432,8 @@ pub fn reply_messages(out: &AgentOutput) -> Vec<String> {
     } else {
         format::split_message(&out.response_text, MESSAGE_LIMIT)
     };
-    if !out.saved {
-        let notice = format!("<i>{}</i>", format::escape(kit::NOT_SAVED_NOTICE));
+    if let Some(text) = kit::unsaved_notice(out) {
+        let notice = format!("<i>{}</i>", format::escape(text));
         match msgs.last_mut() {
             Some(last) if format::tg_len(last) + 2 + format::tg_len(&notice) <= MESSAGE_LIMIT => {
                 last.push_str("\n\n");

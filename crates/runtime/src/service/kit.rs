@@ -19,6 +19,25 @@ use crate::reply::TurnStream;
 /// crisis reply is delivered then).
 pub const NOT_SAVED_NOTICE: &str = "This conversation couldn't be saved right now.";
 
+/// Shown under a crisis reply whose commit is still running past the
+/// crisis bound (storage is slow, not failed: it is saved when it lands).
+pub const SAVE_PENDING_NOTICE: &str = "Saving this conversation is taking longer than usual; it will be saved as soon as storage answers.";
+
+/// The notice for an unsaved output: [`SAVE_PENDING_NOTICE`] when its
+/// commit is still running, else [`NOT_SAVED_NOTICE`]; `None` when saved.
+pub fn unsaved_notice(output: &AgentOutput) -> Option<&'static str> {
+    if output.saved {
+        return None;
+    }
+    Some(
+        if output.diagnostics.get_str("storage_status") == Some("commit_pending") {
+            SAVE_PENDING_NOTICE
+        } else {
+            NOT_SAVED_NOTICE
+        },
+    )
+}
+
 /// Shown when a streamed reply was replaced (the model failed midway).
 pub const RESET_NOTICE: &str = "(that reply was interrupted; here is the full reply)";
 
@@ -82,9 +101,10 @@ impl FinalReply {
         }
     }
 
-    /// The notice to show under the reply, if any.
+    /// The notice to show under the reply, if any (a commit still running
+    /// past the crisis bound says so; a failed one says it was not saved).
     pub fn notice(&self) -> Option<&'static str> {
-        (!self.saved).then_some(NOT_SAVED_NOTICE)
+        unsaved_notice(&self.output)
     }
 }
 
@@ -258,6 +278,19 @@ mod tests {
             diagnostics: Diagnostics::new(),
             saved,
         })
+    }
+
+    #[test]
+    fn an_unsaved_reply_says_whether_its_commit_is_still_running() {
+        assert_eq!(
+            unsaved_notice(&output(ResponseType::Crisis, "x", true)),
+            None
+        );
+        let failed = output(ResponseType::Crisis, "x", false);
+        assert_eq!(unsaved_notice(&failed), Some(NOT_SAVED_NOTICE));
+        let mut pending = output(ResponseType::Crisis, "x", false);
+        pending.diagnostics.set("storage_status", "commit_pending");
+        assert_eq!(unsaved_notice(&pending), Some(SAVE_PENDING_NOTICE));
     }
 
     #[test]

@@ -55,30 +55,95 @@ struct Counts {
     total: usize,
     /// Keyed by [`client_prefix`].
     per_ip: HashMap<IpAddr, usize>,
+    /// Connections that have not yet sent a complete request head, oldest
+    /// first (see [`ConnTracker::try_acquire`]).
+    pending: std::collections::VecDeque<Arc<SlotState>>,
+    next_id: u64,
+}
+
+impl Counts {
+    fn release(&mut self, ip: IpAddr) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+    }
+
+    /// Closes the oldest connection still waiting for its request head:
+    /// its place is released now and its task is told to drop it.
+    fn evict_oldest_pending(&mut self) -> bool {
+        let Some(victim) = self.pending.pop_front() else {
+            return false;
+        };
+        if !victim
+            .released
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.release(victim.ip);
+        }
+        victim.evict.notify_one();
+        true
+    }
 }
 
 /// One open connection's place under the caps; released when the last
 /// clone is dropped (the connection task and, after an upgrade, the
 /// WebSocket session each hold one).
 #[derive(Debug, Clone)]
-pub struct ConnSlot(#[allow(dead_code)] Arc<SlotInner>);
+pub struct ConnSlot(Arc<SlotInner>);
 
 #[derive(Debug)]
 struct SlotInner {
     tracker: ConnTracker,
+    state: Arc<SlotState>,
+}
+
+/// What the tracker and the slot share about one connection.
+#[derive(Debug)]
+struct SlotState {
+    id: u64,
     ip: IpAddr,
+    /// A complete request head arrived (the connection is no longer one a
+    /// newcomer may push out).
+    established: std::sync::atomic::AtomicBool,
+    /// Its place was given back (by eviction or by the drop).
+    released: std::sync::atomic::AtomicBool,
+    /// Tells the connection's task to close it.
+    evict: tokio::sync::Notify,
 }
 
 impl Drop for SlotInner {
     fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
         let mut c = self.tracker.counts();
-        c.total = c.total.saturating_sub(1);
-        if let Some(n) = c.per_ip.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                c.per_ip.remove(&self.ip);
-            }
+        if !self.state.established.load(SeqCst) {
+            let id = self.state.id;
+            c.pending.retain(|p| p.id != id);
         }
+        if !self.state.released.swap(true, SeqCst) {
+            c.release(self.state.ip);
+        }
+    }
+}
+
+impl ConnSlot {
+    /// Marks the connection as having sent a complete request head: from
+    /// now on it is never pushed out for a newcomer.
+    pub fn established(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.0.state.established.swap(true, SeqCst) {
+            let id = self.0.state.id;
+            self.0.tracker.counts().pending.retain(|p| p.id != id);
+        }
+    }
+
+    /// Resolves when the tracker pushed this connection out (it was still
+    /// waiting for its request head when the slots ran short).
+    pub async fn evicted(&self) {
+        self.0.state.evict.notified().await;
     }
 }
 
@@ -103,23 +168,43 @@ impl ConnTracker {
 
     /// A slot for a new connection from `ip`, or `None` when a cap is
     /// reached. The per-address cap counts `ip`'s [`client_prefix`].
+    ///
+    /// **Reservation**: connections that have not yet sent a complete
+    /// request head may hold at most three quarters of the slots; beyond
+    /// that, or when every slot is taken, the oldest of them is closed to
+    /// make room (a client that sent its head is never pushed out). So
+    /// slow-header clients, from however many addresses, cannot take every
+    /// slot: a new client always gets in while any of them is waiting.
     pub fn try_acquire(&self, ip: IpAddr) -> Option<ConnSlot> {
         let ip = client_prefix(ip);
         let limits = self.inner.limits;
         let mut c = self.counts();
-        if c.total >= limits.max_connections {
-            return None;
-        }
         let from_ip = c.per_ip.get(&ip).copied().unwrap_or(0);
         if limits.max_per_ip > 0 && from_ip >= limits.max_per_ip {
             return None;
         }
+        let max_pending = (limits.max_connections * 3 / 4).max(1);
+        if c.pending.len() >= max_pending {
+            c.evict_oldest_pending();
+        }
+        if c.total >= limits.max_connections && !c.evict_oldest_pending() {
+            return None;
+        }
         c.total += 1;
         *c.per_ip.entry(ip).or_insert(0) += 1;
+        c.next_id += 1;
+        let state = Arc::new(SlotState {
+            id: c.next_id,
+            ip,
+            established: std::sync::atomic::AtomicBool::new(false),
+            released: std::sync::atomic::AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
+        });
+        c.pending.push_back(state.clone());
         drop(c);
         Some(ConnSlot(Arc::new(SlotInner {
             tracker: self.clone(),
-            ip,
+            state,
         })))
     }
 
@@ -173,6 +258,8 @@ pub(crate) async fn accept_loop(
         let app = app.clone();
         let request_slot = slot.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            // A complete request head: this connection keeps its slot.
+            request_slot.established();
             req.extensions_mut().insert(ConnectInfo(peer));
             req.extensions_mut().insert(request_slot.clone());
             let app = app.clone();
@@ -186,7 +273,7 @@ pub(crate) async fn accept_loop(
         });
         let mut stop = stop.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let slot = slot;
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
@@ -199,7 +286,10 @@ pub(crate) async fn accept_loop(
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
+                // Pushed out while still waiting for its request head.
+                () = slot.evicted() => Ok(()),
             };
+            drop(slot);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
@@ -316,11 +406,19 @@ mod tests {
         let a = IpAddr::from([10, 0, 0, 1]);
         let b = IpAddr::from([10, 0, 0, 2]);
         let c = IpAddr::from([10, 0, 0, 3]);
-        let a1 = t.try_acquire(a);
-        let a2 = t.try_acquire(a);
+        // Connections that sent their request head (established) are
+        // never pushed out, so the caps below are hard.
+        let est = |s: Option<ConnSlot>| {
+            if let Some(s) = &s {
+                s.established();
+            }
+            s
+        };
+        let a1 = est(t.try_acquire(a));
+        let a2 = est(t.try_acquire(a));
         assert!(a1.is_some() && a2.is_some());
         assert!(t.try_acquire(a).is_none(), "per-address cap");
-        let b1 = t.try_acquire(b);
+        let b1 = est(t.try_acquire(b));
         assert!(b1.is_some());
         assert!(t.try_acquire(c).is_none(), "global cap");
         let a1_clone = a1.clone();
@@ -328,15 +426,49 @@ mod tests {
         assert!(t.try_acquire(c).is_none(), "a clone still holds the slot");
         drop(a1_clone);
         assert_eq!(t.open(), 2);
-        assert!(t.try_acquire(c).is_some());
+        assert!(est(t.try_acquire(c)).is_some());
         assert_eq!(t.open(), 2, "the temporary slot was dropped");
         let open = ConnTracker::new(ConnLimits {
             header_read_timeout: Duration::from_secs(1),
             max_connections: 10,
             max_per_ip: 0,
         });
-        let held: Vec<_> = (0..10).filter_map(|_| open.try_acquire(a)).collect();
+        let held: Vec<_> = (0..10).filter_map(|_| est(open.try_acquire(a))).collect();
         assert_eq!(held.len(), 10, "0 = no per-address cap");
+    }
+
+    #[tokio::test]
+    async fn slow_header_clients_cannot_take_every_slot() {
+        let t = ConnTracker::new(ConnLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 4,
+            max_per_ip: 0,
+        });
+        let slow = |n: u8| IpAddr::from([10, 0, 0, n]);
+        // One established client, then slow ones from many addresses.
+        let kept = t.try_acquire(slow(1)).unwrap();
+        kept.established();
+        let s1 = t.try_acquire(slow(2)).unwrap();
+        let s2 = t.try_acquire(slow(3)).unwrap();
+        let s3 = t.try_acquire(slow(4)).unwrap();
+        assert_eq!(t.open(), 4);
+        // Full: a newcomer pushes out the oldest waiting one, never `kept`.
+        let health = t.try_acquire(IpAddr::from([192, 168, 1, 9])).unwrap();
+        assert_eq!(t.open(), 4);
+        tokio::time::timeout(Duration::from_secs(1), s1.evicted())
+            .await
+            .expect("the oldest waiting connection is told to close");
+        health.established();
+        // Three quarters at most wait for their head: s2, s3 and a fourth
+        // newcomer push out s2.
+        let s4 = t.try_acquire(slow(5)).unwrap();
+        tokio::time::timeout(Duration::from_secs(1), s2.evicted())
+            .await
+            .expect("pushed out");
+        drop((s1, s2, s3, s4));
+        assert_eq!(t.open(), 2, "kept and health remain");
+        drop((kept, health));
+        assert_eq!(t.open(), 0);
     }
 
     fn v6(s: &str) -> IpAddr {

@@ -460,7 +460,8 @@ async fn connections_are_capped_per_address_and_in_total() {
     }
     assert!(healthy, "slots are released when connections close");
 
-    // The global cap, with no per-address cap.
+    // The global cap, with no per-address cap, over connections that sent
+    // their request head (kept alive after their answer).
     let mut limits = common::limits();
     limits.connections.header_read_timeout = Duration::from_secs(30);
     limits.connections.max_per_ip = 0;
@@ -469,13 +470,44 @@ async fn connections_are_capped_per_address_and_in_total() {
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /api/health HTTP/1.1\r\n").await.unwrap();
+        let req = format!(
+            "GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            addr.port()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
         held.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let r = refused_at_accept(addr).await;
     assert_eq!(r.status, 503, "{r:?}");
     drop(held);
+}
+
+/// Slow-header clients from many addresses cannot take every slot: a new
+/// client pushes out the oldest one still waiting for its request head,
+/// so a health check from anyone else still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_clients_cannot_lock_everyone_else_out() {
+    let mut limits = common::limits();
+    limits.connections.header_read_timeout = Duration::from_secs(30);
+    limits.connections.max_per_ip = 0;
+    limits.connections.max_connections = 4;
+    let addr = start(local_state(limits)).await;
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /api/health HTTP/1.1\r\n").await.unwrap();
+        slow.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = raw(addr, "GET", "/api/health", &[], "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    drop(slow);
 }
 
 /// Connects and reads what the server sends unasked (a connection over a

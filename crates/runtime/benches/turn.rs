@@ -100,6 +100,7 @@ fn main() {
     tokio_rt.block_on(async {
         let det = Runtime::persistent(Stores::in_memory(), None, RuntimeOptions::default());
         measure("deterministic", &det).await;
+        crisis_turns().await;
 
         // Each hybrid measurement gets a fresh fake server and store.
         let Some((_fake, settled)) = hybrid_setup().await else {
@@ -123,6 +124,78 @@ fn main() {
         );
         background(&hybrid).await;
     });
+}
+
+/// Deterministic crisis turns (level ≥ 2, each on a fresh thread) on a
+/// SQLite file, without and with a saved safety plan: the cost of reading
+/// the person's plan and placing it before the verified lines.
+async fn crisis_turns() {
+    const CRISIS: &str = "I'm going to kill myself tonight, I'm in the UK";
+    const N: usize = 400;
+    let Ok(dir) = tempfile::tempdir() else {
+        eprintln!("crisis turns: no temporary directory");
+        return;
+    };
+    for with_plan in [false, true] {
+        let path = dir.path().join(format!("crisis-{with_plan}.sqlite3"));
+        let stores = match opencouch_store::SqliteStores::open(&path).await {
+            Ok(s) => s.into_stores(),
+            Err(e) => {
+                eprintln!("crisis turns: {e}");
+                return;
+            }
+        };
+        let rt = Runtime::persistent(stores, None, RuntimeOptions::default());
+        let svc = Host::over(rt.clone()).service();
+        let mut times = Vec::with_capacity(N);
+        for i in 0..N + 20 {
+            let user = format!("person-{i}");
+            if with_plan {
+                let plan = opencouch_core::SafetyPlan {
+                    coping: vec!["cold water on my face".into(), "a walk".into()],
+                    people: vec![opencouch_core::safety_plan::Contact {
+                        name: "my sister".into(),
+                        phone: Some("+44 7700 900123".into()),
+                    }],
+                    reasons_to_live: vec!["my dog".into()],
+                    ..Default::default()
+                };
+                if let Err(e) = svc.put_safety_plan(&user, plan).await {
+                    eprintln!("crisis turns: {e}");
+                    return;
+                }
+            }
+            let mut input = AgentInput::new(format!("crisis-{i}"), CRISIS);
+            input.user_id = Some(user);
+            let t = Instant::now();
+            match svc.turn(input.into()).await {
+                Ok(out) if i >= 20 => {
+                    times.push(t.elapsed());
+                    if with_plan && out.diagnostics.get_str("safety_plan") != Some("shown") {
+                        eprintln!("crisis turns: the plan was not shown");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("crisis turns: {e}"),
+            }
+        }
+        times.sort_unstable();
+        if times.is_empty() {
+            continue;
+        }
+        println!(
+            "{:>14}: {} turns (sqlite){}  p50 {:>8.3} ms  p99 {:>8.3} ms",
+            "crisis",
+            times.len(),
+            if with_plan {
+                " with a safety plan"
+            } else {
+                " no plan           "
+            },
+            percentile(&times, 0.50).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3,
+        );
+    }
 }
 
 /// A fake server answering every structured call instantly and a hybrid

@@ -151,13 +151,15 @@ fn is_chat_route(path: &str) -> bool {
     )
 }
 
-/// The routes a caller over a rate limit may still reach, gate only (a
-/// WebSocket is a session of turns, not one message: it gets 429).
+/// The routes a caller over a rate limit may still reach, gate only (the
+/// WebSocket runs one turn too: a crisis message gets its reply, anything
+/// else a `rate_limited` error event).
 fn is_single_turn_route(path: &str) -> bool {
     matches!(
         path,
         "/api/chat"
             | "/api/chat/stream"
+            | "/api/chat/ws"
             | "/api/voice/realtime/turn-policy"
             | "/api/voice/realtime/turn"
     )

@@ -200,6 +200,38 @@ async fn session(state: AppState, caller: Caller, token: Option<String>, socket:
             return;
         }
     };
+    // Over a limit: the gate decides (microseconds, no storage); a crisis
+    // message gets its reply, anything else the `rate_limited` error it
+    // would have had as a 429.
+    if let Caller::Limited(wait) = caller {
+        match turn.run().await {
+            Ok(output) => {
+                let output = Box::new(output);
+                for ev in [
+                    opencouch_core::StreamEvent::ResponseReady {
+                        output: output.clone(),
+                    },
+                    opencouch_core::StreamEvent::Done { output },
+                ] {
+                    if !send(&mut tx, &opencouch_runtime::service::kit::wire_event(&ev)).await {
+                        return;
+                    }
+                }
+            }
+            Err(_) => {
+                state.metrics().rejected("rate_limited");
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                let e = json!({
+                    "type": "error",
+                    "code": "rate_limited",
+                    "message": format!("too many requests; try again in {} s", secs.max(1)),
+                });
+                let _ = send(&mut tx, &e).await;
+            }
+        }
+        close(&mut tx, &mut rx, close_code::NORMAL, "").await;
+        return;
+    }
     let mut events = std::pin::pin!(turn_events(turn.stream()));
     let mut reading = true;
     loop {

@@ -717,6 +717,63 @@ async fn a_websocket_opened_before_a_revocation_runs_no_turn() {
     assert!(page.threads.is_empty(), "nothing was saved");
 }
 
+/// Over the rate limit, a WebSocket still opens and runs the crisis gate:
+/// a crisis message gets its reply (unsaved), anything else a
+/// `rate_limited` error event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_websocket_still_gets_a_crisis_reply() {
+    let limits = Limits {
+        rate_limit_per_minute: 1,
+        ..common::limits()
+    };
+    let (state, _users, alice) = token_state(limits).await;
+    let addr = start(state).await;
+    let bearer = format!("Bearer {alice}");
+    // The one request of the minute.
+    let r = raw(
+        addr,
+        "GET",
+        "/api/threads",
+        &[("Authorization", &bearer)],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let run = |message: &'static str| {
+        let bearer = bearer.clone();
+        async move {
+            let mut req = format!("ws://{addr}/api/chat/ws")
+                .into_client_request()
+                .unwrap();
+            req.headers_mut()
+                .insert("Authorization", bearer.parse().unwrap());
+            let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+            ws.send(Message::Text(chat(message, "limited").into()))
+                .await
+                .unwrap();
+            let mut events = Vec::new();
+            while let Some(m) = next_msg(&mut ws).await {
+                match m {
+                    Message::Text(t) => events.push(serde_json::from_str::<Value>(&t).unwrap()),
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            events
+        }
+    };
+    let crisis = run("I am going to kill myself tonight, I have the pills ready").await;
+    let done = crisis.last().unwrap();
+    assert_eq!(done["type"], "done", "{crisis:?}");
+    assert_eq!(done["output"]["route"], "crisis");
+    assert_eq!(done["output"]["saved"], false);
+    assert!(!done["output"]["resources"].as_array().unwrap().is_empty());
+    let ordinary = run("I had a long day at work").await;
+    assert_eq!(ordinary.len(), 1, "{ordinary:?}");
+    assert_eq!(ordinary[0]["type"], "error");
+    assert_eq!(ordinary[0]["code"], "rate_limited");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_before_the_first_message_is_answered() {
     let addr = start(local_state(common::limits())).await;

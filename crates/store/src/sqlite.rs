@@ -44,6 +44,13 @@ use crate::{Backend, Stores};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
+/// The schema version this build migrates to: the newest embedded
+/// migration (SQLite and PostgreSQL keep the same numbering; the test
+/// `migrations_match_across_backends` checks both directories).
+pub fn schema_version() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
 /// Busy timeout for every connection.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -474,5 +481,26 @@ mod tests {
         assert_eq!(mode(&old), 0o600, "existing database file tightened");
         assert_eq!(mode(&old_dir), 0o755, "existing directory untouched");
         db.close().await;
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    #[test]
+    fn migrations_match_across_backends() {
+        let names = |dir: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(dir);
+            let mut v: Vec<String> = std::fs::read_dir(path)
+                .expect("migrations directory")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let sqlite = names("sqlite");
+        assert_eq!(sqlite, names("postgres"));
+        assert_eq!(super::schema_version(), sqlite.len() as i64);
     }
 }

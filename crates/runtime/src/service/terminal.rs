@@ -77,7 +77,7 @@ impl Service {
             DoctorCheck::new(
                 "database",
                 CheckLevel::Ok,
-                format!("{label} answers; migrations applied at start-up (schema {SCHEMA_VERSION})"),
+                format!("{label} answers; migrations applied at start-up (schema {})", opencouch_store::sqlite::schema_version()),
             )
         } else {
             DoctorCheck::new("database", CheckLevel::Error, format!("{label} does not answer"))
@@ -127,7 +127,6 @@ impl Service {
 
 /// The schema version this build migrates to (the number of embedded
 /// migrations, the same for SQLite and PostgreSQL).
-const SCHEMA_VERSION: u32 = 7;
 
 fn data_dir_check(settings: &Settings) -> DoctorCheck {
     let dir = settings.resolved_data_dir();

@@ -592,3 +592,59 @@ async fn sos_sends_the_plan_and_the_lines_without_a_turn() {
     assert!(history.map(|h| h.is_empty()).unwrap_or(true));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn incognito_keeps_nothing_and_says_so_twice() {
+    let h = Harness::start(&[ALICE], 240).await;
+    let id = h.tg.push_text(ALICE, "/incognito");
+    h.answered(id).await;
+    let id =
+        h.tg.push_text(ALICE, "tell no one: I failed my driving test");
+    h.answered(id).await;
+    let id = h.tg.push_text(ALICE, "/incognito");
+    h.answered(id).await;
+    let sent = h.tg.sent_texts(ALICE);
+    assert!(sent[0].contains("now incognito"), "{sent:#?}");
+    assert!(
+        sent.last().unwrap().contains("already incognito"),
+        "{sent:#?}"
+    );
+    // Nothing of the incognito message is in the persistent store.
+    let export = h.service.export_document(&owner_of(ALICE)).await.unwrap();
+    let text = serde_json::to_string(&export).unwrap();
+    assert!(!text.contains("driving test"), "{text}");
+    let row = h
+        .service
+        .chat_thread(opencouch_core::Channel::Telegram, &ALICE.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(row.incognito);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_forget_buttons_delete_or_keep() {
+    let h = Harness::start(&[ALICE], 240).await;
+    let id = h.tg.push_text(ALICE, "/forget");
+    h.answered(id).await;
+    let sent = h.tg.sent_texts(ALICE);
+    assert!(
+        sent[0].contains("Delete everything I remember"),
+        "{sent:#?}"
+    );
+    let id = h.tg.push_callback(ALICE, 1, "forget:no");
+    h.answered(id).await;
+    let id = h.tg.push_callback(ALICE, 1, "forget:yes");
+    h.answered(id).await;
+    let sent = h.tg.sent_texts(ALICE);
+    assert!(
+        sent.iter().any(|t| t.contains("nothing was deleted")),
+        "{sent:#?}"
+    );
+    assert!(
+        sent.iter().any(|t| t.contains("nothing saved to delete")),
+        "{sent:#?}"
+    );
+    h.stop().await;
+}

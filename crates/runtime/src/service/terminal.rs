@@ -125,9 +125,6 @@ impl Service {
     }
 }
 
-/// The schema version this build migrates to (the number of embedded
-/// migrations, the same for SQLite and PostgreSQL).
-
 fn data_dir_check(settings: &Settings) -> DoctorCheck {
     let dir = settings.resolved_data_dir();
     let Ok(meta) = std::fs::metadata(&dir) else {

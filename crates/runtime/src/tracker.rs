@@ -30,6 +30,8 @@ pub struct TurnEnd<'a> {
     pub outcome: TurnOutcome<'a>,
     /// From the start of the turn's task to its end.
     pub elapsed: Duration,
+    /// The memory mode the turn ran in.
+    pub memory_mode: opencouch_core::MemoryMode,
 }
 
 /// Called once for every finished turn, in the turn's own task, whether or
@@ -115,7 +117,11 @@ pub(crate) struct RunningTurn {
 impl RunningTurn {
     /// Reports the turn's result to the observer (the guard still counts
     /// the turn as running until it drops).
-    pub(crate) fn report(&self, result: Result<&AgentOutput, &RuntimeError>) {
+    pub(crate) fn report(
+        &self,
+        result: Result<&AgentOutput, &RuntimeError>,
+        memory_mode: opencouch_core::MemoryMode,
+    ) {
         let outcome = match result {
             Ok(output) => TurnOutcome::Answered(output),
             Err(e) => TurnOutcome::Failed {
@@ -125,6 +131,7 @@ impl RunningTurn {
         self.tracker.observe(&TurnEnd {
             outcome,
             elapsed: self.started.elapsed(),
+            memory_mode,
         });
     }
 }

@@ -128,7 +128,7 @@ impl Runtime {
         let sink = EventSink::silent(cancel).tracked(self.inner.turns.clone());
         let task = tokio::spawn(run(self.clone(), sink).instrument(span));
         let result = task.await.unwrap_or(Err(RuntimeError::Aborted));
-        running.report(result.as_ref());
+        running.report(result.as_ref(), self.memory_mode());
         result
     }
 
@@ -145,9 +145,10 @@ impl Runtime {
         let cancel = CancellationToken::new();
         let sink = EventSink::new(tx.clone(), cancel.clone()).tracked(self.inner.turns.clone());
         let running = self.inner.turns.start();
+        let mode = self.memory_mode();
         tokio::spawn(async move {
             let result = run(runtime, sink).await;
-            running.report(result.as_ref());
+            running.report(result.as_ref(), mode);
             let last = match result {
                 Ok(output) => StreamEvent::Done {
                     output: Box::new(output),

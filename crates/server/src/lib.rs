@@ -140,6 +140,7 @@ impl AppState {
         let store_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let failed = store_failed.clone();
         service.observe_turns(Arc::new(move |end: &TurnEnd<'_>| {
+            observed.turn_mode(end.memory_mode.as_str());
             let storage_failed = match end.outcome {
                 TurnOutcome::Answered(output) => {
                     observed.turn(output, end.elapsed);

@@ -34,6 +34,11 @@ struct Counts {
     retrieval_latency: Histogram,
     /// HTTP status code → responses.
     http_status: BTreeMap<u16, u64>,
+    /// Memory mode → finished turns (answered or failed).
+    memory_modes: BTreeMap<String, u64>,
+    /// What a turn did with the person's safety plan (the diagnostics'
+    /// `safety_plan`: shown, timed_out, read_failed, updated, …) → turns.
+    safety_plan: BTreeMap<String, u64>,
 }
 
 /// A label value from our own closed vocabularies, kept only when it looks
@@ -49,6 +54,16 @@ fn label_ok(v: &str) -> bool {
 const MODEL_ERROR_KEYS: [&str; 1] = ["llm_failure_occurred"];
 
 impl Metrics {
+    /// Counts a finished turn (answered or failed) by its memory mode.
+    pub fn turn_mode(&self, mode: &str) {
+        if !label_ok(mode) {
+            return;
+        }
+        if let Ok(mut c) = self.inner.lock() {
+            *c.memory_modes.entry(mode.to_owned()).or_default() += 1;
+        }
+    }
+
     /// Records a finished turn.
     pub fn turn(&self, output: &AgentOutput, elapsed: Duration) {
         let Ok(mut c) = self.inner.lock() else { return };
@@ -79,6 +94,9 @@ impl Metrics {
             if k.ends_with("_fallback") && v.as_bool() == Some(true) && label_ok(k) {
                 *c.fallback_kinds.entry(k.clone()).or_default() += 1;
             }
+        }
+        if let Some(what) = d.get_str("safety_plan").filter(|p| label_ok(p)) {
+            *c.safety_plan.entry(what.to_owned()).or_default() += 1;
         }
         if let Some(path) = d.get_str("retrieval_path").filter(|p| label_ok(p)) {
             *c.retrieval_paths.entry(path.to_owned()).or_default() += 1;
@@ -223,6 +241,28 @@ impl Metrics {
             "# HELP opencouch_retrieval_total Memory retrievals by path."
         );
         let _ = writeln!(s, "# TYPE opencouch_retrieval_total counter");
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_turns_by_memory_mode_total Finished turns (answered or failed) by memory mode."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_turns_by_memory_mode_total counter");
+        for (mode, n) in &c.memory_modes {
+            let _ = writeln!(
+                s,
+                "opencouch_turns_by_memory_mode_total{{mode=\"{mode}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP opencouch_safety_plan_turns_total Turns that used the person's safety plan, by outcome (shown in a crisis reply, timed_out, read_failed, updated by the guided flow, …)."
+        );
+        let _ = writeln!(s, "# TYPE opencouch_safety_plan_turns_total counter");
+        for (what, n) in &c.safety_plan {
+            let _ = writeln!(
+                s,
+                "opencouch_safety_plan_turns_total{{outcome=\"{what}\"}} {n}"
+            );
+        }
         for (path, n) in &c.retrieval_paths {
             let _ = writeln!(s, "opencouch_retrieval_total{{path=\"{path}\"}} {n}");
         }

@@ -735,6 +735,16 @@ async fn metrics_count_turns_by_route_and_level() {
 async fn metrics_hold_the_crisis_http_stage_and_export_series() {
     let f = fixture().await;
     chat(&f, &f.alice, "m2", "hello").await;
+    let plan = r#"{"coping": ["a walk"]}"#;
+    let (status, _) = call(
+        &f.app,
+        Method::PUT,
+        "/api/safety-plan",
+        Some(&f.alice),
+        Some(plan),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     chat(&f, &f.alice, "m3", "I want to kill myself tonight").await;
     // An unknown route: a 404 counted by status.
     let _ = call(&f.app, GET, "/api/nothing-here", Some(&f.alice), None).await;
@@ -756,6 +766,8 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
         "opencouch_trace_spans_dropped_total 0",
         "opencouch_turns_running 0",
         "opencouch_info{mode=\"deterministic\"",
+        "opencouch_turns_by_memory_mode_total{mode=\"persistent\"} 2",
+        "opencouch_safety_plan_turns_total{outcome=\"shown\"} 1",
     ] {
         assert!(text.contains(series), "no {series} in\n{text}");
     }

@@ -24,6 +24,7 @@ use chrono::Utc;
 use opencouch_core::safety_plan::{PlanEntry, SafetyPlan, Section, parse_contact};
 use opencouch_core::{Diagnostics, ResponseStyle, ThreadState};
 use opencouch_safety::personal_plan::{self, PlanRequest};
+use opencouch_safety::plan::number_tokens;
 use opencouch_store::{SafetyPlanRecord, SafetyPlanStore, StoreError};
 use serde_json::{Value, json};
 
@@ -370,28 +371,6 @@ pub(crate) async fn load_for_crisis(
     }
 }
 
-/// Digit runs (three or more digits, spaces and dashes ignored).
-fn numbers(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            cur.push(c);
-        } else if cur.is_empty() || !matches!(c, ' ' | '-' | '.' | '(' | ')' | '+') {
-            // Separators inside a number ("116 123") keep it whole; anything
-            // else ends it.
-            if cur.len() >= 3 {
-                out.push(std::mem::take(&mut cur));
-            }
-            cur.clear();
-        }
-    }
-    if cur.len() >= 3 {
-        out.push(cur);
-    }
-    out
-}
-
 /// A crisis reply with the person's plan: `(shown, stored)`. The block
 /// goes before the first paragraph that names a verified resource or one of
 /// its numbers (the verified lines), else before the last paragraph; the
@@ -404,20 +383,20 @@ pub fn with_plan(reply: &str, plan: &SafetyPlan, resources: &[Value]) -> Option<
         .shown_placeholder
         .clone();
     let mut names = Vec::new();
-    let mut verified = Vec::new();
+    let mut verified = std::collections::BTreeSet::new();
     for r in resources {
         if let Some(n) = r.get("name").and_then(Value::as_str) {
             names.push(n.to_owned());
         }
         for key in ["phone", "text", "sms"] {
             if let Some(p) = r.get(key).and_then(Value::as_str) {
-                verified.extend(numbers(p));
+                verified.extend(number_tokens(p));
             }
         }
     }
     let is_lines = |p: &str| {
         names.iter().any(|n| p.contains(n.as_str()))
-            || numbers(p).iter().any(|d| verified.contains(d))
+            || number_tokens(p).iter().any(|d| verified.contains(d))
     };
     // Paragraphs; the one that first names a line is split before the
     // sentence that does, so a one-paragraph reply keeps its opening words

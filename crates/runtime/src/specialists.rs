@@ -11,8 +11,6 @@
 //! [`SpecialistInput`], which carries the gate's verdict (see
 //! [`crate::stage`]).
 
-use std::collections::BTreeSet;
-
 use opencouch_core::state::ExerciseUpdate;
 use opencouch_core::{Approach, Diagnostics, MemoryMode, ModelTier, ResponseStyle};
 use opencouch_llm::ChatMessage;
@@ -33,6 +31,7 @@ use crate::stage::{
     record_calls, tool_context,
 };
 use crate::tools::{builtin_tool, crisis_lookup_in};
+use opencouch_safety::plan::number_tokens;
 
 /// Runs the specialist the plan names.
 pub async fn run(ports: &Ports, si: SpecialistInput<'_>) -> SpecialistOutcome {
@@ -126,33 +125,6 @@ fn builtin_toolbox(memory_mode: MemoryMode, toolset: Toolset) -> Toolbox {
 }
 
 // ---------------------------------------------------------------- crisis
-
-/// Digit runs of a text (phone-number-like tokens), spaces and dashes removed.
-fn number_tokens(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut cur = String::new();
-    let mut flush = |cur: &mut String| {
-        if cur.len() >= 3 {
-            out.insert(std::mem::take(cur));
-        }
-        cur.clear();
-    };
-    let chars: Vec<char> = text.chars().collect();
-    for (i, c) in chars.iter().enumerate() {
-        if c.is_ascii_digit() {
-            cur.push(*c);
-        } else if (*c == ' ' || *c == '-' || *c == '.')
-            && !cur.is_empty()
-            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
-        {
-            continue;
-        } else {
-            flush(&mut cur);
-        }
-    }
-    flush(&mut cur);
-    out
-}
 
 /// Whether every number in `reply` is one of the verified numbers.
 pub(crate) fn numbers_verified(reply: &str, verified_text: &str) -> bool {

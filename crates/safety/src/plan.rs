@@ -1,6 +1,7 @@
 //! The crisis response plan (channel-neutral) and its deterministic text,
 //! plus the level-1 safety question.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use opencouch_core::{CrisisAssessment, CrisisLevel, Message, ResourceLookupStatus, Role};
@@ -267,6 +268,35 @@ pub fn contact_methods(r: &CrisisResource) -> Vec<String> {
         }
     }
     parts
+}
+
+/// Digit runs of a text (phone-number-like tokens of three digits or more),
+/// with the spaces, dashes and dots between digits removed: what the crisis
+/// reply's number check compares.
+pub fn number_tokens(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut cur = String::new();
+    let mut flush = |cur: &mut String| {
+        if cur.len() >= 3 {
+            out.insert(std::mem::take(cur));
+        }
+        cur.clear();
+    };
+    let chars: Vec<char> = text.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if c.is_ascii_digit() {
+            cur.push(*c);
+        } else if (*c == ' ' || *c == '-' || *c == '.')
+            && !cur.is_empty()
+            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+        {
+            continue;
+        } else {
+            flush(&mut cur);
+        }
+    }
+    flush(&mut cur);
+    out
 }
 
 /// One verified resource as a line: its name, how to reach it, its hours.

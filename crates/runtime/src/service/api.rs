@@ -773,7 +773,7 @@ impl Service {
 }
 
 /// An account owner id as the service takes it.
-fn check_owner(owner: &str) -> Result<(), ServiceError> {
+pub(super) fn check_owner(owner: &str) -> Result<(), ServiceError> {
     match owner_problem(owner) {
         Some(why) => Err(ServiceError::new(
             ErrorCode::InvalidOwner,

@@ -13,7 +13,7 @@ use opencouch_safety::personal_plan;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::Service;
+use super::api::{Service, check_owner};
 use super::error::{ErrorCode, ServiceError};
 use crate::thread_id::owner_problem;
 
@@ -63,16 +63,6 @@ pub struct Sos {
     /// person's plan (their own numbers marked as theirs), then the
     /// verified lines.
     pub text: String,
-}
-
-fn check_owner(owner: &str) -> Result<(), ServiceError> {
-    match owner_problem(owner) {
-        Some(why) => Err(ServiceError::new(
-            ErrorCode::InvalidOwner,
-            format!("invalid owner: {why}"),
-        )),
-        None => Ok(()),
-    }
 }
 
 impl Service {

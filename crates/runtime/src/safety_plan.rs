@@ -345,9 +345,10 @@ pub(crate) async fn offer(store: Option<&Arc<dyn SafetyPlanStore>>, owner: &str)
     personal_plan::texts().ok().map(|t| t.flow.offer.clone())
 }
 
-/// The owner's plan for a crisis reply, read within `bound`; `None` when
-/// there is none, in incognito, or when the read fails or takes longer
-/// (the crisis reply never waits past its bound for it).
+/// The owner's plan for a crisis reply (or the "I need help now" view),
+/// read within `bound`; `None` when there is none, in incognito, or when
+/// the read fails or takes longer (then `diag`'s `safety_plan` says which:
+/// the reply never waits past its bound for it).
 pub(crate) async fn load_for_crisis(
     store: Option<&Arc<dyn SafetyPlanStore>>,
     owner: &str,
@@ -359,7 +360,7 @@ pub(crate) async fn load_for_crisis(
         Ok(Ok(plan)) if !plan.is_empty() => Some(plan),
         Ok(Ok(_)) => None,
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the safety plan could not be read for a crisis reply");
+            tracing::warn!(error = %e, "the safety plan could not be read");
             diag.set("safety_plan", "read_failed");
             None
         }
@@ -434,7 +435,7 @@ pub fn with_plan(reply: &str, plan: &SafetyPlan, resources: &[Value]) -> Option<
 /// The digits a crisis reply may show besides the verified numbers: those
 /// the person entered in their plan.
 pub fn own_numbers(plan: Option<&SafetyPlan>) -> Vec<String> {
-    plan.map(personal_plan::own_numbers).unwrap_or_default()
+    plan.map(SafetyPlan::phone_digits).unwrap_or_default()
 }
 
 #[cfg(test)]

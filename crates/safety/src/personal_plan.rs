@@ -6,8 +6,9 @@
 //!
 //! **Numbers**: the only numbers a rendered plan holds are those the person
 //! entered, each marked as theirs ("your number"), never presented as a
-//! verified line. [`own_numbers`] gives their digits to the crisis reply's
-//! number check, which accepts them only because the person wrote them.
+//! verified line. `SafetyPlan::phone_digits` gives their digits to the
+//! crisis reply's number check, which accepts them only because the person
+//! wrote them.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -318,11 +319,6 @@ pub fn crisis_block(plan: &SafetyPlan) -> Option<String> {
     Some(format!("{}\n{}", t.labels.crisis_heading, lines.join("\n")))
 }
 
-/// The digits of every number the person entered in their plan.
-pub fn own_numbers(plan: &SafetyPlan) -> Vec<String> {
-    plan.phone_digits()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +422,6 @@ mod tests {
         assert!(!is_skip("my sister"));
         assert!(is_yes("Yes please!"));
         assert!(!is_yes("yes but I want to kill myself"));
-        assert_eq!(own_numbers(&plan()), vec!["34612345678"]);
+        assert_eq!(plan().phone_digits(), vec!["34612345678"]);
     }
 }

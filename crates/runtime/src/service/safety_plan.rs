@@ -154,22 +154,22 @@ impl Service {
         let (plan, plan_status) = match owner.filter(|o| owner_problem(o).is_none()) {
             None => (None, SosPlan::NotAvailable),
             Some(owner) => {
-                let store = &self.persistent.stores().safety_plans;
-                let bound = self.persistent.options().storage_crisis_bound;
-                match tokio::time::timeout(bound, crate::safety_plan::read(store.as_ref(), owner))
-                    .await
-                {
-                    Ok(Ok(p)) if !p.is_empty() => (Some(p), SosPlan::Shown),
-                    Ok(Ok(_)) => (None, SosPlan::None),
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "sos: the safety plan could not be read");
-                        (None, SosPlan::Unavailable)
-                    }
-                    Err(_) => {
-                        tracing::warn!("sos: the safety plan did not load within the bound");
-                        (None, SosPlan::Unavailable)
-                    }
-                }
+                // The same bounded read as a crisis reply's: a failure or a
+                // stall leaves its mark in `diag` and the lines go out alone.
+                let mut diag = opencouch_core::Diagnostics::new();
+                let plan = crate::safety_plan::load_for_crisis(
+                    Some(&self.persistent.stores().safety_plans),
+                    owner,
+                    self.persistent.options().storage_crisis_bound,
+                    &mut diag,
+                )
+                .await;
+                let status = match (&plan, diag.get_str("safety_plan")) {
+                    (Some(_), _) => SosPlan::Shown,
+                    (None, Some(_)) => SosPlan::Unavailable,
+                    (None, None) => SosPlan::None,
+                };
+                (plan, status)
             }
         };
         let plan_text = plan.as_ref().map(personal_plan::render_plan);

@@ -64,7 +64,13 @@ pub fn lines(out: &AgentOutput) -> Vec<String> {
         lines.push("  none recorded".to_owned());
     }
     for (k, v) in timings {
-        lines.push(format!("  {:<18} {}", k.trim_end_matches("_ms"), show(v)));
+        // Fractional milliseconds to three places: a long float would wrap
+        // the panel's line and push the rest of it out of view.
+        let value = match v.as_f64() {
+            Some(ms) if v.is_f64() => format!("{ms:.3}"),
+            _ => show(v),
+        };
+        lines.push(format!("  {:<18} {value}", k.trim_end_matches("_ms")));
     }
     lines.push("retrieval:".to_owned());
     let retrieval: Vec<_> = d.iter().filter(|(k, _)| is_retrieval(k)).collect();

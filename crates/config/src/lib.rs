@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 /// The default OpenAI-compatible endpoint.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
+/// Smallest accepted `model_max_event_bytes` / `model_max_response_bytes`.
+const MIN_MODEL_CAP_BYTES: u64 = 4096;
+/// Largest accepted `model_max_event_bytes` / `model_max_response_bytes`.
+const MAX_MODEL_CAP_BYTES: u64 = 256 * 1024 * 1024;
+
 /// A secret setting (API key, database URL): `Debug` and `Display` never
 /// show any of it, so no `{:?}` of the settings, log line or error message
 /// can carry it. Read it with [`Secret::expose`] only where it is used.
@@ -111,6 +116,12 @@ pub struct Settings {
     pub model_timeout_secs: u64,
     /// Attempts per model request (retries only connection errors, 429, 5xx).
     pub model_max_attempts: u32,
+    /// Cap on one streamed model line or event, in bytes; a longer one ends
+    /// the stream as interrupted (a server that never sends a newline cannot
+    /// grow memory without bound).
+    pub model_max_event_bytes: u64,
+    /// Cap on a whole non-streamed chat-completion response, in bytes.
+    pub model_max_response_bytes: u64,
     /// OpenAI-compatible embedding model; unset = none over HTTP.
     pub embedding_model: Option<String>,
     /// Directory with all-MiniLM-L6-v2 files for local embeddings.
@@ -223,6 +234,8 @@ impl Default for Settings {
             quality_model: "gpt-5.4".to_owned(),
             model_timeout_secs: 30,
             model_max_attempts: 2,
+            model_max_event_bytes: 1024 * 1024,
+            model_max_response_bytes: 8 * 1024 * 1024,
             embedding_model: None,
             embedding_model_dir: None,
             session_timeout_minutes: 20,
@@ -276,6 +289,8 @@ impl fmt::Debug for Settings {
             quality_model,
             model_timeout_secs,
             model_max_attempts,
+            model_max_event_bytes,
+            model_max_response_bytes,
             embedding_model,
             embedding_model_dir,
             session_timeout_minutes,
@@ -323,6 +338,8 @@ impl fmt::Debug for Settings {
             .field("quality_model", quality_model)
             .field("model_timeout_secs", model_timeout_secs)
             .field("model_max_attempts", model_max_attempts)
+            .field("model_max_event_bytes", model_max_event_bytes)
+            .field("model_max_response_bytes", model_max_response_bytes)
             .field("embedding_model", embedding_model)
             .field("embedding_model_dir", embedding_model_dir)
             .field("session_timeout_minutes", session_timeout_minutes)
@@ -612,6 +629,14 @@ impl Settings {
         if !(1..=5).contains(&self.model_max_attempts) {
             return bad("model_max_attempts", "must be between 1 and 5");
         }
+        for (key, v) in [
+            ("model_max_event_bytes", self.model_max_event_bytes),
+            ("model_max_response_bytes", self.model_max_response_bytes),
+        ] {
+            if !(MIN_MODEL_CAP_BYTES..=MAX_MODEL_CAP_BYTES).contains(&v) {
+                return bad(key, "must be between 4096 and 268435456 (256 MiB)");
+            }
+        }
         if self.body_limit_bytes < 1024 {
             return bad("body_limit_bytes", "must be at least 1024");
         }
@@ -756,6 +781,11 @@ impl Settings {
             ("quality_model", self.quality_model.clone()),
             ("model_timeout_secs", self.model_timeout_secs.to_string()),
             ("model_max_attempts", self.model_max_attempts.to_string()),
+            ("model_max_event_bytes", self.model_max_event_bytes.to_string()),
+            (
+                "model_max_response_bytes",
+                self.model_max_response_bytes.to_string(),
+            ),
             ("embedding_model", opt(&self.embedding_model)),
             (
                 "embedding_model_dir",
@@ -1322,6 +1352,20 @@ mod tests {
     }
 
     #[test]
+    fn model_byte_caps_come_from_the_environment() {
+        let s = load(&[
+            ("OPENCOUCH_MODEL_MAX_EVENT_BYTES", "65536"),
+            ("OPENCOUCH_MODEL_MAX_RESPONSE_BYTES", "2097152"),
+        ])
+        .unwrap();
+        assert_eq!(s.model_max_event_bytes, 65536);
+        assert_eq!(s.model_max_response_bytes, 2_097_152);
+        let d = Settings::default();
+        assert_eq!(d.model_max_event_bytes, 1024 * 1024);
+        assert_eq!(d.model_max_response_bytes, 8 * 1024 * 1024);
+    }
+
+    #[test]
     fn bad_values_name_the_setting() {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("OPENCOUCH_MODE", "turbo")], "mode"),
@@ -1340,6 +1384,14 @@ mod tests {
             (
                 &[("OPENCOUCH_MODEL_MAX_ATTEMPTS", "9")],
                 "model_max_attempts",
+            ),
+            (
+                &[("OPENCOUCH_MODEL_MAX_EVENT_BYTES", "100")],
+                "model_max_event_bytes",
+            ),
+            (
+                &[("OPENCOUCH_MODEL_MAX_RESPONSE_BYTES", "999999999999")],
+                "model_max_response_bytes",
             ),
             (&[("OPENCOUCH_NO_SUCH_THING", "1")], "no_such_thing"),
             (

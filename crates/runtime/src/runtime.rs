@@ -385,8 +385,15 @@ pub fn model_from_settings(
     };
     config.timeout = Duration::from_secs(settings.model_timeout_secs);
     config.max_attempts = settings.model_max_attempts;
+    config.max_event_bytes = cap_bytes(settings.model_max_event_bytes);
+    config.max_response_bytes = cap_bytes(settings.model_max_response_bytes);
     let client = OpenAiCompatClient::new(config).map_err(|e| RuntimeError::Model(e.to_string()))?;
     Ok(Some(Arc::new(client)))
+}
+
+/// A byte cap from the settings (validated to at most 256 MiB) as a `usize`.
+pub(crate) fn cap_bytes(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// Opens (and migrates) the durable stores the settings describe.
@@ -398,5 +405,22 @@ pub async fn open_stores(settings: &Settings) -> Result<Stores, RuntimeError> {
         Ok(SqliteStores::open(&settings.sqlite_path())
             .await?
             .into_stores())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn model_byte_cap_defaults_are_the_clients_own() {
+        let settings = opencouch_config::Settings::default();
+        let client = opencouch_llm::LlmConfig::default();
+        assert_eq!(
+            super::cap_bytes(settings.model_max_event_bytes),
+            client.max_event_bytes
+        );
+        assert_eq!(
+            super::cap_bytes(settings.model_max_response_bytes),
+            client.max_response_bytes
+        );
     }
 }

@@ -152,6 +152,8 @@ tags! {
     BenignSight = "benign_sight",
     Accident = "accident",
     OrdinaryPlan = "ordinary_plan",
+    Neutral = "neutral",
+    ResolveWeak = "resolve_weak",
 }
 
 /// A set of tags (bitmask).
@@ -448,6 +450,8 @@ struct Token {
     /// First token of a clause (sentence start, after a comma or a
     /// conjunction, or a new subject).
     clause_start: bool,
+    /// The word right before it was "and" (dropped from the tokens).
+    after_and: bool,
 }
 
 impl Token {
@@ -522,6 +526,7 @@ fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
     let mut i = 0usize;
     let mut sentence_break = true;
     let mut clause_break = true;
+    let mut after_and = false;
     let mut in_quote = false;
     let mut question = false;
     while i < bytes.len() {
@@ -551,6 +556,7 @@ fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
             let subject = one_of(SUBJECTS, word);
             if conj {
                 clause_break = true;
+                after_and = word == "and";
                 continue;
             }
             out.push(Token {
@@ -558,9 +564,11 @@ fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
                 end: end as u32,
                 sentence_start: sentence_break,
                 clause_start: sentence_break || clause_break || subject,
+                after_and,
             });
             sentence_break = false;
             clause_break = false;
+            after_and = false;
             continue;
         }
         match b {
@@ -616,6 +624,13 @@ struct Clause {
     /// The clause begins with a verb, adverb or time word, so it continues
     /// the previous clause's subject ("… and took them").
     inherits: bool,
+    /// The clause follows "and" inside a sentence whose previous clause is
+    /// about someone else: a dropped subject continues that subject ("he
+    /// was in the army and kept guns at home" is about him).
+    coordinated_other: bool,
+    /// A resolution that is not also an everyday phrase (`resolve_weak`):
+    /// "made up my mind", not "i'm sure" or "time to go".
+    strong_resolve: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -846,6 +861,10 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
                 other_words: 0,
                 other_first: false,
                 inherits: false,
+                coordinated_other: tok.after_and
+                    && !tok.sentence_start
+                    && prev_person == Person::Other,
+                strong_resolve: false,
             });
         }
         let (mut tags, mut span) = lex.lookup(text, &tokens, i);
@@ -885,6 +904,12 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
             && let Some(c) = clauses.last_mut()
         {
             c.count = c.count.max(10);
+        }
+        if tags.has(Tag::Resolve)
+            && !tags.has(Tag::ResolveWeak)
+            && let Some(c) = clauses.last_mut()
+        {
+            c.strong_resolve = true;
         }
         if is_clock_or_date(word) {
             tags.insert(Tag::TimeNear);
@@ -999,7 +1024,13 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
             } else if c.other_words > 0 {
                 c.person = Person::Other;
             } else if c.dropped_subject {
-                c.person = Person::Speaker;
+                // A self-directed act keeps the speaker's reading ("my mum
+                // doesn't know and took 30 pills"): a miss costs more there.
+                c.person = if c.coordinated_other && !c.tags.any(ACTS) {
+                    Person::Other
+                } else {
+                    Person::Speaker
+                };
             } else if c.len > 0 && !c.inherits && !c.tags.has(Tag::Fiction) {
                 // A clause about a thing ("the rope's set up in the attic")
                 // is the speaker's account; only a clause that starts with a
@@ -1166,7 +1197,12 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
         }
         // A bare resolution ("i've made up my mind."), not "i decided to
         // move to a new city".
-        if live(c, Tag::Resolve) && (c.untagged <= 1 || risky && !long) {
+        // An everyday resolution word ("i'm sure", "time to go") is a cue
+        // only in a clause that bears risk.
+        if live(c, Tag::Resolve)
+            && (c.strong_resolve || risky)
+            && (c.untagged <= 1 || risky && !long)
+        {
             report.resolve_cue = true;
             resolve_at |= bit;
         }
@@ -1374,7 +1410,15 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
             && !(s.len <= SHORT_SENTENCE && st.has(Tag::OrdinaryPlan))
             && (s.len <= 12 || c.tags.has(Tag::TimeNear))
         {
-            report.add(Construct::DecisionTime);
+            // An everyday resolution word ("i'm sure", "it's time to go",
+            // "the end") with a time and no act, means, lethal place or
+            // death in the speaker's words ("it's time to go now, thanks",
+            // "i'm sure it'll be easier after christmas") is not imminent
+            // risk on its own; its cues still make a continuation of earlier
+            // explicit risk imminent (the classifier's continuation rule).
+            if c.strong_resolve || report.risk_anchor {
+                report.add(Construct::DecisionTime);
+            }
         }
         // Intent and a self-directed act.
         if (live(c, Tag::Intent) || live(c, Tag::Desire)) && !s.question {
@@ -1538,6 +1582,21 @@ mod tests {
                 &["car_exhaust"],
             ),
             ("i've made up my mind. tonight.", &["decision_time"]),
+            // Everyday resolution words need an act, means or death word.
+            ("it's time to go now. thanks and good bye.", &[]),
+            ("i'm sure they'll have more free time after tomorrow", &[]),
+            ("it's time to go now. tonight i end it.", &["decision_time"]),
+            ("they are pushing me over the edge.", &[]),
+            (
+                "he was in the army for years and left him with guns at home",
+                &[],
+            ),
+            (
+                "my mum doesn't know and took 30 pills an hour ago",
+                &["completed_ingestion"],
+            ),
+            ("i know deep down i could do it if i stopped avoiding it", &[]),
+            ("i still have a little bit of hope in my head", &[]),
             ("i've made up my mind, i'm quitting my job tonight", &[]),
             ("i'm going to jump off the bridge", &["intent_act"]),
             ("i'm not going to jump off the bridge", &[]),

@@ -1441,7 +1441,10 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
                 || (live(c, Tag::ActCut)
                     && !benign
                     && st.has(Tag::BodyLethal)
-                    && st.any(Tags::of(&[Tag::SelfObject, Tag::SelfBody])));
+                    && st.any(Tags::of(&[Tag::SelfObject, Tag::SelfBody])))
+                // "do it" / "end it" with a lethal means as its instrument:
+                // "i'm going to end it with the pills tonight".
+                || (live(c, Tag::ActDoIt) && !benign && c.tags.any(LETHAL_MEANS));
             if act {
                 let imminent = (live(c, Tag::Intent) && report.time_cue)
                     || report.resolve_cue

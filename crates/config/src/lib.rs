@@ -781,7 +781,10 @@ impl Settings {
             ("quality_model", self.quality_model.clone()),
             ("model_timeout_secs", self.model_timeout_secs.to_string()),
             ("model_max_attempts", self.model_max_attempts.to_string()),
-            ("model_max_event_bytes", self.model_max_event_bytes.to_string()),
+            (
+                "model_max_event_bytes",
+                self.model_max_event_bytes.to_string(),
+            ),
             (
                 "model_max_response_bytes",
                 self.model_max_response_bytes.to_string(),

@@ -212,7 +212,9 @@ impl CrisisGate {
         message: &str,
         open: Option<&CrisisEpisode>,
     ) -> GateVerdict {
-        let mut verdict = self.classify_message(history, message).await;
+        // One normalization for every layer of this gate call.
+        let text = opencouch_safety::Normalized::new(message);
+        let mut verdict = self.classify_message(history, message, &text).await;
         let Some(ep) = open else {
             return verdict;
         };
@@ -220,7 +222,7 @@ impl CrisisGate {
             max_level: ep.max_level,
             calm_turns: ep.calm_turns,
         };
-        let decision = episode::decide(facts, message, verdict.own_level);
+        let decision = episode::decide_normalized(facts, &text, verdict.own_level);
         let floored = episode::apply_floor(verdict.own_level, decision.floor);
         if floored > verdict.assessment.level {
             verdict.assessment = CrisisAssessment::new(floored, Confidence::Medium, EPISODE_REASON);
@@ -233,7 +235,12 @@ impl CrisisGate {
 
     /// The message's own verdict: deterministic ladder, overrides and, in
     /// hybrid mode, the model.
-    async fn classify_message(&self, history: &[Message], message: &str) -> GateVerdict {
+    async fn classify_message(
+        &self,
+        history: &[Message],
+        message: &str,
+        text: &opencouch_safety::Normalized,
+    ) -> GateVerdict {
         let started = Instant::now();
         let rules = tracing::info_span!(
             "stage",
@@ -244,9 +251,9 @@ impl CrisisGate {
             "opencouch.level" = tracing::field::Empty,
         );
         let det = rules.in_scope(|| {
-            opencouch_safety::classify_with(
+            opencouch_safety::classify_normalized(
                 history,
-                message,
+                text,
                 opencouch_safety::GateOptions {
                     learned: self.semantic,
                 },

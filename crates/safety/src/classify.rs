@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::grammar::{self, GrammarReport};
 use crate::learned::{LearnedGate, LearnedScore};
-use crate::normalize::normalize;
+use crate::normalize::{Normalized, normalize};
 use crate::rules::{Family, FamilySet, Rules, rules};
 
 /// How many recent user turns (besides the current message) are scanned for
@@ -184,9 +184,9 @@ fn has_risk(a: FamilySet) -> bool {
     a.has(Family::ClearSelfHarm) || a.has(Family::Ambiguous) || a.has(Family::Imminent)
 }
 
-struct Context {
+struct Context<'a> {
     current: Analysis,
-    current_text: String,
+    current_text: &'a str,
     /// An earlier user turn was imminent with an act, a means or an explicit
     /// word (or more than one layer said so): it carries forward.
     prior_imminent: bool,
@@ -206,9 +206,9 @@ fn imminent_is_anchored(a: &Analysis) -> bool {
     !a.grammar_only.has(Family::Imminent)
 }
 
-fn context(r: &Rules, history: &[Message], message: &str) -> Context {
-    let current_text = normalize(message);
-    let current = analyze(r, &current_text);
+fn context<'a>(r: &Rules, history: &[Message], message: &'a Normalized) -> Context<'a> {
+    let current_text = message.as_str();
+    let current = analyze(r, current_text);
     let mut prior_imminent = false;
     let mut prior_imminent_weak = false;
     let mut prior_explicit = false;
@@ -262,7 +262,7 @@ fn context(r: &Rules, history: &[Message], message: &str) -> Context {
 /// gate answers level 3 without asking a model.
 pub fn has_imminent(history: &[Message], message: &str) -> bool {
     match rules() {
-        Ok(r) => imminent_from(&context(r, history, message)),
+        Ok(r) => imminent_from(&context(r, history, &Normalized::new(message))),
         // Rule data that fails to load is a start-up error (`check_data`);
         // were it missing here, the ladder's own fallback asks a safety
         // question for every message, and this override stays out of it.
@@ -371,6 +371,16 @@ pub fn classify(history: &[Message], message: &str) -> Classification {
 /// lowers. After the assistant's risk safety question, an answer without a
 /// denial that the rules or the learned layer read as hopeless is level 2.
 pub fn classify_with(history: &[Message], message: &str, opts: GateOptions) -> Classification {
+    classify_normalized(history, &Normalized::new(message), opts)
+}
+
+/// [`classify_with`] for a message already normalized once for the whole
+/// gate (the runtime passes the same [`Normalized`] to the episode).
+pub fn classify_normalized(
+    history: &[Message],
+    message: &Normalized,
+    opts: GateOptions,
+) -> Classification {
     let r = match rules() {
         Ok(r) => r,
         Err(_) => {
@@ -570,7 +580,7 @@ fn classify_rules(
                 Layer::SafetyAnswer,
             );
         }
-        if !risk_question && check.has(Family::SafetyCheckSafe) && starts_with_no(&ctx.current_text)
+        if !risk_question && check.has(Family::SafetyCheckSafe) && starts_with_no(ctx.current_text)
         {
             families.push("answer:not_safe");
             return out(

@@ -30,7 +30,7 @@ use opencouch_core::CrisisLevel;
 use serde::Deserialize;
 
 use crate::error::SafetyError;
-use crate::normalize::normalize;
+use crate::normalize::{Normalized, normalize};
 
 const EPISODE_TOML: &str = include_str!("../data/episode.toml");
 
@@ -176,7 +176,11 @@ pub fn episode_data() -> Result<&'static EpisodeData, &'static SafetyError> {
 /// that is not a letter or digit is a separator, runs of three or more of
 /// one letter collapsed ("saaafe" → "safe").
 fn fold(text: &str) -> String {
-    let norm = normalize(text);
+    fold_normalized(&normalize(text))
+}
+
+/// [`fold`] of a text that is already normalized.
+fn fold_normalized(norm: &str) -> String {
     let mut out = String::with_capacity(norm.len());
     let mut last: Option<char> = None;
     let mut run = 0;
@@ -225,7 +229,10 @@ fn contains_at(hay: &[String], needle: &[String]) -> Vec<usize> {
 impl EpisodeData {
     /// The canonical words of a text (see the data file's header).
     pub fn canonical(&self, text: &str) -> Vec<String> {
-        let raw = words(&fold(text));
+        self.canonical_words(words(&fold(text)))
+    }
+
+    fn canonical_words(&self, raw: Vec<String>) -> Vec<String> {
         let mut out = Vec::with_capacity(raw.len());
         let mut i = 0;
         'outer: while i < raw.len() {
@@ -259,7 +266,10 @@ impl EpisodeData {
     /// Whether the message is a flat reply: made only of flat phrases, or
     /// with no letters or digits at all.
     pub fn is_flat(&self, text: &str) -> bool {
-        let w = self.canonical(text);
+        self.flat_words(&self.canonical(text))
+    }
+
+    fn flat_words(&self, w: &[String]) -> bool {
         // Segment the words into flat phrases (dynamic programming).
         let mut reach = vec![false; w.len() + 1];
         reach[0] = true;
@@ -279,15 +289,15 @@ impl EpisodeData {
     /// Whether the message states, in the person's own words, that they are
     /// safe (see the module docs for what does not count).
     pub fn is_safety_statement(&self, text: &str) -> bool {
-        if text.trim_end().ends_with('?') {
-            return false;
-        }
-        let w = self.canonical(text);
-        if Self::any(&self.blockers, &w) || Self::any(&self.hedges, &w) {
+        !text.trim_end().ends_with('?') && self.safety_words(&self.canonical(text))
+    }
+
+    fn safety_words(&self, w: &[String]) -> bool {
+        if Self::any(&self.blockers, w) || Self::any(&self.hedges, w) {
             return false;
         }
         self.safe.iter().any(|p| {
-            contains_at(&w, p).into_iter().any(|start| {
+            contains_at(w, p).into_iter().any(|start| {
                 let from = start.saturating_sub(NEGATION_WINDOW);
                 !Self::any(&self.negators, &w[from..start])
             })
@@ -320,12 +330,18 @@ impl ReplyKind {
 /// Reads a follow-up. When the data is unavailable everything is `Other`
 /// (the episode then only closes after a calm stretch).
 pub fn reply_kind(message: &str) -> ReplyKind {
+    reply_kind_normalized(&Normalized::new(message))
+}
+
+/// [`reply_kind`] of a message the gate has already normalized.
+pub fn reply_kind_normalized(message: &Normalized) -> ReplyKind {
     let Ok(d) = episode_data() else {
         return ReplyKind::Other;
     };
-    if d.is_safety_statement(message) {
+    let w = d.canonical_words(words(&fold_normalized(message.as_str())));
+    if !message.is_question() && d.safety_words(&w) {
         ReplyKind::SafetyStatement
-    } else if d.is_flat(message) {
+    } else if d.flat_words(&w) {
         ReplyKind::Flat
     } else {
         ReplyKind::Other
@@ -387,7 +403,16 @@ pub struct FollowUpDecision {
 /// level for the message itself (it may be 3, which always wins over the
 /// floor: the floor only raises).
 pub fn decide(episode: EpisodeFacts, message: &str, own_level: CrisisLevel) -> FollowUpDecision {
-    let kind = reply_kind(message);
+    decide_normalized(episode, &Normalized::new(message), own_level)
+}
+
+/// [`decide`] for a message the gate has already normalized.
+pub fn decide_normalized(
+    episode: EpisodeFacts,
+    message: &Normalized,
+    own_level: CrisisLevel,
+) -> FollowUpDecision {
+    let kind = reply_kind_normalized(message);
     let max_level = episode.max_level.max(own_level);
     let stretch = episode_data()
         .map(|d| d.calm_stretch().for_level(max_level))

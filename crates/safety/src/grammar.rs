@@ -1598,7 +1598,10 @@ mod tests {
                 "my mum doesn't know and took 30 pills an hour ago",
                 &["completed_ingestion"],
             ),
-            ("i know deep down i could do it if i stopped avoiding it", &[]),
+            (
+                "i know deep down i could do it if i stopped avoiding it",
+                &[],
+            ),
             ("i still have a little bit of hope in my head", &[]),
             ("i've made up my mind, i'm quitting my job tonight", &[]),
             ("i'm going to jump off the bridge", &["intent_act"]),

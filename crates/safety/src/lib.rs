@@ -5,7 +5,8 @@
 //! tables, resource directory, gazetteer and reply texts are data files
 //! embedded at build time and checked by tests.
 //!
-//! * [`normalize()`]: one normalization pass (Unicode, leetspeak, slang).
+//! * [`normalize()`]: one normalization pass (Unicode, leetspeak, slang);
+//!   [`Normalized`] carries its result through every layer of one gate call.
 //! * [`classify()`]: the deterministic classifier, plus the override
 //!   helpers [`has_imminent`] and [`idiom_safe_without_risk`] used by the
 //!   hybrid gate.
@@ -30,12 +31,12 @@ pub mod resources;
 pub mod rules;
 
 pub use classify::{
-    Classification, GateOptions, Layer, classify, classify_with, has_imminent,
+    Classification, GateOptions, Layer, classify, classify_normalized, classify_with, has_imminent,
     idiom_safe_without_risk,
 };
 pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
 pub use error::SafetyError;
-pub use normalize::normalize;
+pub use normalize::{Normalized, normalize};
 pub use plan::{CrisisResponsePlan, RiskLabel, build_response_plan, safety_question};
 pub use prompt::{classifier_prompt, normalize_model_output};
 pub use resources::{

@@ -70,6 +70,36 @@ pub(crate) fn load_tables() -> Result<Tables, SafetyError> {
 
 static TABLES: LazyLock<Option<Tables>> = LazyLock::new(|| load_tables().ok());
 
+/// A message normalized once for every layer of the gate: the classifier,
+/// the crisis episode's reading of a follow-up, and whatever else reads the
+/// same message in the same turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Normalized {
+    text: String,
+    question: bool,
+}
+
+impl Normalized {
+    /// Normalizes `raw` ([`normalize`]) and notes whether it ends with a
+    /// question mark.
+    pub fn new(raw: &str) -> Normalized {
+        Normalized {
+            text: normalize(raw),
+            question: raw.trim_end().ends_with('?'),
+        }
+    }
+
+    /// The normalized text.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the original message ended with a question mark.
+    pub fn is_question(&self) -> bool {
+        self.question
+    }
+}
+
 /// Normalizes a message for phrase matching. See the module docs.
 pub fn normalize(text: &str) -> String {
     let folded = unicode_fold(text);

@@ -6,10 +6,14 @@
 //! English, Spanish, French, German, Portuguese and Italian. Function words
 //! ("que", "je", "ich", "não", "non") are frequent in every sentence and rare
 //! across languages, so two or more hits that beat English decide; anything
-//! less is English (the default of the product's texts).
+//! less is English (the default of the product's texts). Names, countries
+//! and function words are data (`data/languages.toml`).
+
+use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::SafetyError;
 use crate::normalize::normalize;
 
 /// A language the crisis path knows.
@@ -46,64 +50,104 @@ impl Lang {
         }
     }
 
-    /// English name, for reply texts.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Lang::En => "English",
-            Lang::Es => "Spanish",
-            Lang::Fr => "French",
-            Lang::De => "German",
-            Lang::Pt => "Portuguese",
-            Lang::It => "Italian",
-        }
+    /// English name, for reply texts (`data/languages.toml`).
+    pub fn name(self) -> &'static str {
+        info(self).map_or(self.code(), |i| i.name.as_str())
     }
 
     /// Countries (ISO 3166) where the language is a main language, in the
-    /// order their lines are offered when no country is known.
-    pub const fn countries(self) -> &'static [&'static str] {
-        match self {
-            Lang::En => &[],
-            Lang::Es => &["ES", "MX", "AR"],
-            Lang::Fr => &["FR", "BE", "CH"],
-            Lang::De => &["DE", "AT", "CH"],
-            Lang::Pt => &["PT", "BR"],
-            Lang::It => &["IT", "CH"],
-        }
+    /// order their lines are offered when no country is known
+    /// (`data/languages.toml`).
+    pub fn countries(self) -> &'static [String] {
+        info(self).map_or(&[], |i| i.countries.as_slice())
     }
 
-    fn words(self) -> &'static [&'static str] {
-        match self {
-            Lang::En => &[
-                "i", "the", "and", "to", "my", "is", "it", "you", "me", "of", "a", "in", "that",
-                "i'm", "this", "want", "don't", "just", "have", "with", "but", "not", "so", "feel",
-            ],
-            Lang::Es => &[
-                "que", "de", "la", "el", "y", "en", "mi", "yo", "quiero", "estoy", "pero", "muy",
-                "porque", "nada", "no", "me", "los", "las", "una", "por", "mas", "ya", "tengo",
-                "esta", "soy", "todo", "vida", "puedo", "hoy", "noche",
-            ],
-            Lang::Fr => &[
-                "je", "ne", "pas", "de", "la", "le", "et", "moi", "suis", "veux", "mais", "tres",
-                "rien", "j'ai", "les", "des", "une", "pour", "plus", "ma", "mon", "c'est", "ce",
-                "soir", "vie", "en", "que", "qui", "tout",
-            ],
-            Lang::De => &[
-                "ich", "nicht", "und", "das", "die", "der", "mich", "mir", "bin", "will", "aber",
-                "sehr", "nichts", "ist", "ein", "eine", "mehr", "mein", "meine", "zu", "es",
-                "habe", "kann", "heute", "leben", "nacht", "auch", "noch",
-            ],
-            Lang::Pt => &[
-                "eu", "nao", "que", "de", "me", "estou", "quero", "mas", "muito", "nada", "voce",
-                "isso", "com", "uma", "para", "minha", "meu", "mais", "hoje", "vida", "tenho",
-                "sou", "noite", "agora", "tudo",
-            ],
-            Lang::It => &[
-                "io", "non", "che", "di", "mi", "sono", "voglio", "ma", "molto", "niente", "il",
-                "la", "per", "una", "piu", "ho", "mia", "mio", "stasera", "vita", "tutto", "anche",
-                "oggi", "sempre",
-            ],
-        }
+    fn words(self) -> &'static [String] {
+        info(self).map_or(&[], |i| i.function_words.as_slice())
     }
+
+    fn index(self) -> usize {
+        Lang::ALL.iter().position(|l| *l == self).unwrap_or(0)
+    }
+}
+
+const LANGUAGES_TOML: &str = include_str!("../data/languages.toml");
+
+/// One language of `data/languages.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LanguageInfo {
+    code: String,
+    name: String,
+    countries: Vec<String>,
+    function_words: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLanguages {
+    language: Vec<LanguageInfo>,
+}
+
+fn load() -> Result<Vec<LanguageInfo>, SafetyError> {
+    let err = |detail: String| SafetyError::Data {
+        file: "languages.toml",
+        detail,
+    };
+    let raw: RawLanguages = toml::from_str(LANGUAGES_TOML).map_err(|e| err(e.to_string()))?;
+    let mut by_lang: Vec<Option<LanguageInfo>> = vec![None; Lang::ALL.len()];
+    for info in raw.language {
+        let Some(lang) = Lang::ALL.iter().find(|l| l.code() == info.code) else {
+            return Err(err(format!("unknown language code {:?}", info.code)));
+        };
+        let slot = &mut by_lang[lang.index()];
+        if slot.is_some() {
+            return Err(err(format!("language {} listed twice", info.code)));
+        }
+        if info.name.trim().is_empty() {
+            return Err(err(format!("language {} has no name", info.code)));
+        }
+        if (*lang == Lang::En) != info.countries.is_empty() {
+            return Err(err(format!(
+                "language {}: every language but English names its countries",
+                info.code
+            )));
+        }
+        if let Some(c) = info
+            .countries
+            .iter()
+            .find(|c| c.len() != 2 || !c.bytes().all(|b| b.is_ascii_uppercase()))
+        {
+            return Err(err(format!(
+                "language {}: {c:?} is not an ISO 3166 code",
+                info.code
+            )));
+        }
+        if let Some(w) = info.function_words.iter().find(|w| normalize(w) != **w) {
+            return Err(err(format!(
+                "language {}: function word {w:?} is not in normalized form",
+                info.code
+            )));
+        }
+        *slot = Some(info);
+    }
+    by_lang
+        .into_iter()
+        .zip(Lang::ALL)
+        .map(|(info, lang)| info.ok_or_else(|| err(format!("language {} missing", lang.code()))))
+        .collect()
+}
+
+static LANGUAGES: LazyLock<Result<Vec<LanguageInfo>, SafetyError>> = LazyLock::new(load);
+
+/// The embedded language table, or the load error (a start-up error through
+/// [`crate::check_data`]; tested never to occur).
+pub fn languages() -> Result<&'static [LanguageInfo], &'static SafetyError> {
+    LANGUAGES.as_ref().map(Vec::as_slice)
+}
+
+fn info(lang: Lang) -> Option<&'static LanguageInfo> {
+    languages().ok().and_then(|l| l.get(lang.index()))
 }
 
 /// The language of `text`: the language with the most function-word hits,
@@ -119,7 +163,7 @@ pub fn detect_language(text: &str) -> Lang {
             continue;
         }
         for (i, lang) in Lang::ALL.iter().enumerate() {
-            if lang.words().contains(&word) {
+            if lang.words().iter().any(|w| w == word) {
                 scores[i] += 1;
             }
         }
@@ -161,6 +205,14 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(detect_language(text), want, "{text}");
         }
+    }
+
+    #[test]
+    fn the_language_table_loads_and_keeps_its_order() {
+        let table = languages().expect("languages.toml loads");
+        assert_eq!(table.len(), Lang::ALL.len());
+        assert_eq!(Lang::Es.name(), "Spanish");
+        assert_eq!(Lang::Pt.countries(), ["PT", "BR"]);
     }
 
     #[test]

@@ -59,5 +59,6 @@ pub fn check_data() -> Result<(), SafetyError> {
     learned::LearnedGate::embedded().map_err(Clone::clone)?;
     resources::directory().map_err(Clone::clone)?;
     personal_plan::texts().map_err(Clone::clone)?;
+    language::languages().map_err(Clone::clone)?;
     Ok(())
 }

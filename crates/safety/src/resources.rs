@@ -516,11 +516,7 @@ mod tests {
                 .collect();
             assert!(!national.is_empty(), "{lang:?} has national lines");
             for r in &national {
-                assert!(
-                    lang.countries().contains(&r.country.as_str()),
-                    "{lang:?} {}",
-                    r.id
-                );
+                assert!(lang.countries().contains(&r.country), "{lang:?} {}", r.id);
                 assert!(
                     r.languages.iter().any(|c| c == lang.code()),
                     "{lang:?} {}",

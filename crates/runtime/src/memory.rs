@@ -344,7 +344,7 @@ pub fn undo_offer(
 }
 
 /// The chat confirmation of an explicit save, with its undo hint.
-fn save_confirmation(o: &opencouch_memory::control::ControlOutcome) -> String {
+fn save_confirmation(o: &opencouch_memory::control::ControlOutcome, previous: &str) -> String {
     let r = &crate::replies::replies().memory;
     let mut text = match o.data.get("rule").and_then(serde_json::Value::as_str) {
         Some(rule) => {
@@ -362,8 +362,15 @@ fn save_confirmation(o: &opencouch_memory::control::ControlOutcome) -> String {
         }
         None => o.reply.clone(),
     };
-    text.push(' ');
-    text.push_str(&r.undo_hint);
+    let hint = r
+        .undo_hints
+        .iter()
+        .find(|h| !previous.contains(h.as_str()))
+        .or(r.undo_hints.first());
+    if let Some(hint) = hint {
+        text.push(' ');
+        text.push_str(hint);
+    }
     text
 }
 
@@ -387,6 +394,12 @@ pub(crate) async fn control_turn(
         memory_mode: ports.memory_mode(),
         now: Utc::now(),
     };
+    let previous = si
+        .history
+        .iter()
+        .rev()
+        .find(|m| !m.is_user())
+        .map_or("", |m| m.content.as_str());
     // "forget that" right after an explicit save undoes exactly that save.
     let undo = undo_offer(si.state)
         .filter(|_| opencouch_memory::control::is_undo_request(&si.input.message))
@@ -412,7 +425,7 @@ pub(crate) async fn control_turn(
                 // An explicit save: confirm it and offer the undo on the
                 // next turn (by its record id; the item's text is only in
                 // the thread state, as the pending deletions' previews are).
-                let text = save_confirmation(&o);
+                let text = save_confirmation(&o, previous);
                 let mut out = finish(text, pending_update(&o.pending), diag);
                 out.progress_extra.insert(
                     UNDO_KEY.to_owned(),
@@ -424,7 +437,14 @@ pub(crate) async fn control_turn(
                 out
             }
             Ok(o) => {
-                let mut out = finish(o.reply, pending_update(&o.pending), diag);
+                // In incognito, the same "memory is off" twice in a row
+                // reads as a glitch: the second says it more briefly.
+                let text = if ports.memory.incognito() && previous.contains(o.reply.as_str()) {
+                    crate::replies::replies().memory.incognito_again.clone()
+                } else {
+                    o.reply
+                };
+                let mut out = finish(text, pending_update(&o.pending), diag);
                 if o.data.get("undone").is_some() {
                     out.progress_extra
                         .insert(UNDO_KEY.to_owned(), serde_json::Value::Null);

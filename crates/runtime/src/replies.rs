@@ -11,8 +11,11 @@ const REPLIES_TOML: &str = include_str!("../data/replies.toml");
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryReplies {
-    /// Follows the confirmation of an explicit save.
-    pub undo_hint: String,
+    /// Follows the confirmation of an explicit save (the first one the
+    /// reply before did not use).
+    pub undo_hints: Vec<String>,
+    /// A second memory request in incognito, right after the first.
+    pub incognito_again: String,
     /// A saved preference (`{rule}`).
     pub rule_saved: String,
     /// A saved preference that replaced an earlier one (`{old}`).
@@ -41,6 +44,18 @@ impl ClosingReplies {
     }
 }
 
+/// The wording of leaving an exercise before its end.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExerciseReplies {
+    /// Leaving (`{exercise}`).
+    pub leave: String,
+    /// Leaving after it helped (`{exercise}`).
+    pub leave_helped: String,
+    /// Words that say it helped (lower case).
+    pub helped_words: Vec<String>,
+}
+
 /// The wording of the turn that closes a crisis episode.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +71,7 @@ pub struct Replies {
     pub memory: MemoryReplies,
     pub closing: ClosingReplies,
     pub recovery: RecoveryReplies,
+    pub exercise: ExerciseReplies,
 }
 
 /// Parses a replies file.
@@ -74,7 +90,8 @@ pub fn replies() -> &'static Replies {
             tracing::error!(error = %e, "embedded replies failed to parse");
             Replies {
                 memory: MemoryReplies {
-                    undo_hint: "Say \"forget that\" to undo.".into(),
+                    undo_hints: vec!["Say \"forget that\" to undo.".into()],
+                    incognito_again: "Memory is still off.".into(),
                     rule_saved: "I'll remember that {rule}".into(),
                     rule_replaced: "(This replaces: {old})".into(),
                     help: "I can show, save or forget what I remember.".into(),
@@ -85,6 +102,11 @@ pub fn replies() -> &'static Replies {
                 },
                 recovery: RecoveryReplies {
                     next_steps: vec!["What feels like the next step for you tonight?".into()],
+                },
+                exercise: ExerciseReplies {
+                    leave: "Of course, we can leave {exercise} here.".into(),
+                    leave_helped: "I'm glad {exercise} helped.".into(),
+                    helped_words: vec!["helped".into()],
                 },
             }
         })
@@ -101,7 +123,19 @@ mod tests {
         let r = parse(REPLIES_TOML).expect("replies.toml parses");
         assert!(r.memory.rule_saved.contains("{rule}"));
         assert!(r.memory.rule_replaced.contains("{old}"));
-        assert!(r.memory.undo_hint.contains("forget that"));
+        assert!(
+            r.memory
+                .undo_hints
+                .iter()
+                .all(|h| h.contains("forget that"))
+        );
+        assert!(
+            r.memory.undo_hints.len() >= 2,
+            "consecutive saves vary the hint"
+        );
+        assert!(r.exercise.leave.contains("{exercise}"));
+        assert!(r.exercise.leave_helped.contains("{exercise}"));
+        assert!(r.exercise.leave_helped.contains("glad"));
         assert!(!r.memory.help.trim().is_empty());
         assert!(r.closing.end_session.contains("end the session"));
         assert!(r.closing.end_session_telegram.contains("/end"));

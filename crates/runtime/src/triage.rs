@@ -235,7 +235,19 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
             }
         }
     }
-    d.response_style = Some(opencouch_prompts::choose_style(message, ctx.history));
+    // A goodbye (by its phrases, or read by the intent layer) closes warmly
+    // and suggests ending the session.
+    // (The phrases only in a short message: "I have to go to a funeral
+    // tomorrow and I'm dreading it" is no goodbye.)
+    let short = message.split_whitespace().count() <= 12;
+    let goodbye = (short && crate::session_stage::is_goodbye(message))
+        || intent::recognise(IntentContext::Chat, message)
+            .is_some_and(|s| s.intent == Intent::Goodbye);
+    d.response_style = Some(if goodbye && d.exercise_type.is_none() {
+        opencouch_core::ResponseStyle::Closing
+    } else {
+        opencouch_prompts::choose_style(message, ctx.history)
+    });
     d
 }
 

@@ -275,6 +275,9 @@ fn parse_save_sentence(sentence: &str, question: bool) -> Option<MemoryAction> {
     if with_that && first_is(body, &c.save_not_after_that) {
         return None;
     }
+    if !with_that && first_is(body, &c.save_not_after_bare) {
+        return None;
+    }
     if let Some(p) = preference_body(body) {
         return Some(MemoryAction::SavePreference {
             preference_text: f.original_of_segment(p),

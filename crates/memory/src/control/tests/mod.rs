@@ -590,6 +590,11 @@ fn explicit_saves_are_read_in_the_persons_words() {
             "going forward, I'd like you to skip the breathing stuff",
             pref("skip the breathing stuff"),
         ),
+        (
+            "remember that her name was Biscuit",
+            fact("her name was Biscuit"),
+        ),
+        ("remember her?", None),
         ("I remember when I was a kid", None),
         ("I can't remember anything lately", None),
         ("remember that time we went to the beach", None),

@@ -595,6 +595,10 @@ fn explicit_saves_are_read_in_the_persons_words() {
             fact("her name was Biscuit"),
         ),
         ("remember her?", None),
+        (
+            "Note that I'm not blaming anyone, but my boss is awful",
+            None,
+        ),
         ("I remember when I was a kid", None),
         ("I can't remember anything lately", None),
         ("remember that time we went to the beach", None),

@@ -305,7 +305,7 @@ mod tests {
             (
                 4,
                 RenderMode::Repeat,
-                "No rush, we can stay with this step. Step 5 of 5: Last one.",
+                "No rush, take your time with step 5 of 5. Whenever you're ready",
             ),
         ];
         for (i, mode, prefix) in cases {

@@ -45,6 +45,21 @@ pub(crate) struct ControlPhrases {
     pub forget_prefixes: Vec<String>,
     pub session_words: Vec<String>,
     pub rule_words: Vec<String>,
+    pub request_fillers: Vec<String>,
+    pub request_askers: Vec<String>,
+    pub save_triggers: Vec<String>,
+    pub save_bare_starts: Vec<String>,
+    pub save_not_after: Vec<String>,
+    pub save_not_after_that: Vec<String>,
+    pub save_not_after_bare: Vec<String>,
+    pub preference_starts: Vec<String>,
+    pub preference_cues: Vec<String>,
+    pub find_prefixes: Vec<String>,
+    pub find_self: Vec<String>,
+    pub list_openers: Vec<String>,
+    pub list_tails: Vec<String>,
+    pub undo_fillers: Vec<String>,
+    pub undo_phrases: Vec<String>,
 }
 
 /// The whole lexicon.
@@ -135,6 +150,21 @@ mod tests {
             ("forget_prefixes", &c.forget_prefixes),
             ("session_words", &c.session_words),
             ("rule_words", &c.rule_words),
+            ("request_fillers", &c.request_fillers),
+            ("request_askers", &c.request_askers),
+            ("save_triggers", &c.save_triggers),
+            ("save_bare_starts", &c.save_bare_starts),
+            ("save_not_after", &c.save_not_after),
+            ("save_not_after_that", &c.save_not_after_that),
+            ("save_not_after_bare", &c.save_not_after_bare),
+            ("preference_starts", &c.preference_starts),
+            ("preference_cues", &c.preference_cues),
+            ("find_prefixes", &c.find_prefixes),
+            ("find_self", &c.find_self),
+            ("list_openers", &c.list_openers),
+            ("list_tails", &c.list_tails),
+            ("undo_fillers", &c.undo_fillers),
+            ("undo_phrases", &c.undo_phrases),
         ];
         for (name, list) in lists {
             assert!(!list.is_empty(), "{name} is empty");

@@ -195,8 +195,12 @@ pub(crate) async fn run(ports: &Ports, si: &SpecialistInput<'_>) -> SpecialistOu
             let approach = state.exercise_therapeutic_approach;
             match si.plan.flow_action {
                 FlowAction::Clear => {
-                    let mut o =
-                        outcome(warm_close(exercise), ExerciseUpdate::Clear, approach, diag);
+                    let mut o = outcome(
+                        warm_close(exercise, &si.input.message),
+                        ExerciseUpdate::Clear,
+                        approach,
+                        diag,
+                    );
                     record_partial(si, exercise, &mut o);
                     o
                 }
@@ -408,7 +412,7 @@ async fn continue_step(
             o
         }
         Transition::Cancel => {
-            let text = model_text.unwrap_or_else(|| warm_close(exercise));
+            let text = model_text.unwrap_or_else(|| warm_close(exercise, reply));
             let mut o = outcome(text, ExerciseUpdate::Clear, approach, diag);
             record_partial(si, exercise, &mut o);
             o
@@ -428,14 +432,15 @@ async fn continue_step(
 }
 
 /// The closing line when the person leaves an exercise before its end (a
-/// stop, a goodbye, "that helped"): it acknowledges what they did.
-fn warm_close(exercise: &Exercise) -> String {
-    format!(
-        "Of course, we can leave it here. Thank you for giving {} a go: the part you did still \
-         counts. I'm here if you'd like to keep talking, or we can close the session whenever \
-         you're ready.",
-        exercise.display_name.to_lowercase()
-    )
+/// stop, a goodbye, "that helped"): it acknowledges what they did; when they
+/// say it helped, it is glad and offers the choice of talking on or closing
+/// (wording in `data/replies.toml`).
+fn warm_close(exercise: &Exercise, message: &str) -> String {
+    let r = &crate::replies::replies().exercise;
+    let lower = message.to_lowercase().replace('\u{2019}', "'");
+    let helped = r.helped_words.iter().any(|w| lower.contains(w.as_str()));
+    let template = if helped { &r.leave_helped } else { &r.leave };
+    template.replace("{exercise}", &exercise.display_name.to_lowercase())
 }
 
 /// The reply to a pause: the exercise waits on the same step.

@@ -35,6 +35,7 @@ mod owner_data;
 pub mod plan;
 mod policy_model;
 pub mod ports;
+mod replies;
 mod reply;
 pub mod retry;
 mod runtime;

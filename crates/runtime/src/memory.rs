@@ -322,9 +322,57 @@ impl MemoryTools {
     }
 }
 
-const MEMORY_HELP: &str = "I can show what I remember (\"what do you remember about me?\"), tell you the memory \
-status, turn recall of past sessions on or off, save a preference (\"remember that I prefer short answers\"), or \
-forget something (\"forget fact 2\"). Deleting always asks you to confirm first.";
+fn memory_help() -> String {
+    crate::replies::replies().memory.help.clone()
+}
+
+/// The key of the session progress that holds the undo offer of the last
+/// explicit save: the item and the turn count at which "forget that" may
+/// still undo it (the very next turn).
+pub const UNDO_KEY: &str = "memory_undo";
+
+/// The item a "forget that" on this turn would undo: the explicit save of
+/// the turn just before, if there was one.
+pub fn undo_offer(
+    state: &opencouch_core::ThreadState,
+) -> Option<opencouch_memory::control::DeleteTarget> {
+    let v = state.session_progress.extra.get(UNDO_KEY)?;
+    if v.get("valid_at").and_then(serde_json::Value::as_u64) != Some(state.turn_count) {
+        return None;
+    }
+    serde_json::from_value(v.get("target")?.clone()).ok()
+}
+
+/// The chat confirmation of an explicit save, with its undo hint.
+fn save_confirmation(o: &opencouch_memory::control::ControlOutcome, previous: &str) -> String {
+    let r = &crate::replies::replies().memory;
+    let mut text = match o.data.get("rule").and_then(serde_json::Value::as_str) {
+        Some(rule) => {
+            let mut c = rule.chars();
+            let lowered: String = match c.next() {
+                Some(f) => f.to_lowercase().chain(c).collect(),
+                None => String::new(),
+            };
+            let mut t = r.rule_saved.replace("{rule}", &lowered);
+            if let Some(old) = o.data.get("replaced").and_then(serde_json::Value::as_str) {
+                t.push(' ');
+                t.push_str(&r.rule_replaced.replace("{old}", old));
+            }
+            t
+        }
+        None => o.reply.clone(),
+    };
+    let hint = r
+        .undo_hints
+        .iter()
+        .find(|h| !previous.contains(h.as_str()))
+        .or(r.undo_hints.first());
+    if let Some(hint) = hint {
+        text.push(' ');
+        text.push_str(hint);
+    }
+    text
+}
 
 /// The memory-control turn. The deterministic parser decides first (the
 /// app owns mutations); in hybrid mode a model with the memory tools handles
@@ -346,7 +394,18 @@ pub(crate) async fn control_turn(
         memory_mode: ports.memory_mode(),
         now: Utc::now(),
     };
-    let parsed = opencouch_memory::control::parse_command(&si.input.message, pending.as_ref())
+    let previous = si
+        .history
+        .iter()
+        .rev()
+        .find(|m| !m.is_user())
+        .map_or("", |m| m.content.as_str());
+    // "forget that" right after an explicit save undoes exactly that save.
+    let undo = undo_offer(si.state)
+        .filter(|_| opencouch_memory::control::is_undo_request(&si.input.message))
+        .map(|target| opencouch_memory::control::MemoryAction::UndoSave { target });
+    let parsed = undo
+        .or_else(|| opencouch_memory::control::parse_command(&si.input.message, pending.as_ref()))
         .or_else(|| intent_action(&si.input.message));
     let finish = |text: String, update: opencouch_core::state::PendingUpdate, diag: Diagnostics| {
         SpecialistOutcome {
@@ -362,7 +421,36 @@ pub(crate) async fn control_turn(
         diag.set("memory_control_path", "deterministic");
         diag.set("memory_control_action", action_name(&action));
         return match service.handle(&ctx, action, pending.as_ref()).await {
-            Ok(o) => finish(o.reply, pending_update(&o.pending), diag),
+            Ok(o) if o.undo.is_some() => {
+                // An explicit save: confirm it and offer the undo on the
+                // next turn (by its record id; the item's text is only in
+                // the thread state, as the pending deletions' previews are).
+                let text = save_confirmation(&o, previous);
+                let mut out = finish(text, pending_update(&o.pending), diag);
+                out.progress_extra.insert(
+                    UNDO_KEY.to_owned(),
+                    serde_json::json!({
+                        "target": o.undo,
+                        "valid_at": si.state.turn_count + 1,
+                    }),
+                );
+                out
+            }
+            Ok(o) => {
+                // In incognito, the same "memory is off" twice in a row
+                // reads as a glitch: the second says it more briefly.
+                let text = if ports.memory.incognito() && previous.contains(o.reply.as_str()) {
+                    crate::replies::replies().memory.incognito_again.clone()
+                } else {
+                    o.reply
+                };
+                let mut out = finish(text, pending_update(&o.pending), diag);
+                if o.data.get("undone").is_some() {
+                    out.progress_extra
+                        .insert(UNDO_KEY.to_owned(), serde_json::Value::Null);
+                }
+                out
+            }
             Err(e) => {
                 diag.set("memory_control_error", e.to_string());
                 let text = control_error_reply(&e);
@@ -399,7 +487,7 @@ pub(crate) async fn control_turn(
             .unwrap_or(opencouch_core::state::PendingUpdate::Keep);
         let (text, _) = opencouch_prompts::strip_pseudo_tool_calls(&o.text);
         let text = if text.trim().is_empty() {
-            MEMORY_HELP.to_owned()
+            memory_help()
         } else {
             text
         };
@@ -411,7 +499,7 @@ pub(crate) async fn control_turn(
             diag.set("memory_control_path", "help");
         }
         finish(
-            MEMORY_HELP.to_owned(),
+            memory_help(),
             opencouch_core::state::PendingUpdate::Keep,
             std::mem::take(diag),
         )
@@ -441,6 +529,9 @@ fn action_name(a: &opencouch_memory::control::MemoryAction) -> &'static str {
         A::Status => "status",
         A::SetRecall { .. } => "set_recall",
         A::SavePreference { .. } => "save_preference",
+        A::SaveFact { .. } => "save_fact",
+        A::Find { .. } => "find",
+        A::UndoSave { .. } => "undo_save",
         A::ForgetByIndex { .. } => "forget_by_index",
         A::ForgetByQuery { .. } => "forget_by_query",
         A::ChooseOption { .. } => "choose_option",
@@ -457,6 +548,7 @@ fn control_error_reply(e: &opencouch_memory::control::ControlError) -> String {
         }
         E::BlankPreference => "What preference would you like me to remember?".to_owned(),
         E::BlankQuery => "What would you like me to forget?".to_owned(),
+        E::BlankFact => "What would you like me to remember?".to_owned(),
         E::OwnerMissing => "I can't tell whose memory this is, so I haven't changed anything.".to_owned(),
         _ => "Something went wrong with saved memory, so I haven't changed anything. Please try again.".to_owned(),
     }

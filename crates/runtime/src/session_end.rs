@@ -144,7 +144,33 @@ pub(crate) fn session_facts<'a>(
             .max_crisis_level
             .max(state.session_progress.max_crisis_level),
         dominant_approach: dominant_approach(state),
+        exercises_done: exercise_names(state.session_progress.exercises_completed.iter()),
+        exercises_partial: exercise_names(
+            state
+                .session_progress
+                .extra
+                .get(crate::exercise::PARTIAL_KEY)
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str),
+        ),
     }
+}
+
+/// The display names (lower case, each once) of catalog exercise ids.
+fn exercise_names<'a>(ids: impl Iterator<Item = impl AsRef<str> + 'a>) -> Vec<String> {
+    let catalog = opencouch_exercises::Catalog::builtin();
+    let mut out: Vec<String> = Vec::new();
+    for id in ids {
+        if let Some(e) = catalog.get(id.as_ref()) {
+            let name = e.display_name.to_lowercase();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
 }
 
 /// The commit that ends a session: the state with its session-scoped

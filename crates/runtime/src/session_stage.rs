@@ -112,6 +112,11 @@ const GOODBYE: &[&str] = &[
     "signing off",
     "done for today",
     "logging off",
+    "log off",
+    "head off",
+    "heading off",
+    "off to bed",
+    "talk soon",
 ];
 
 /// Acute distress: the person needs steadying before anything else.
@@ -198,6 +203,12 @@ fn any_phrase(words: &[String], phrases: &[&str]) -> bool {
 /// The ordinal of a stage (opening 0 … closing 3).
 fn rank(s: SessionStage) -> usize {
     SessionStage::ALL.iter().position(|x| *x == s).unwrap_or(0)
+}
+
+/// Whether the person is leaving ("bye", "thanks for listening", "I'm
+/// logging off"), by the goodbye phrases on whole words.
+pub fn is_goodbye(message: &str) -> bool {
+    any_phrase(&words(message), GOODBYE)
 }
 
 /// Infers the stage of a turn (see the module documentation).

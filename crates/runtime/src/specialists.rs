@@ -321,7 +321,11 @@ async fn crisis_clarification(ports: &Ports, si: &SpecialistInput<'_>) -> Specia
             .unwrap_or("")
             .trim()
             .to_owned();
-        if first.is_empty() || first.contains('?') {
+        // A bare thanks ("Thank you for noticing this about yourself.")
+        // does not reflect anything, and the safety question may thank the
+        // person itself: the question alone then.
+        let bare_thanks = first.to_lowercase().starts_with("thank");
+        if first.is_empty() || first.contains('?') || bare_thanks {
             question.clone()
         } else {
             format!("{first} {question}")

@@ -215,11 +215,63 @@ pub(crate) fn deterministic_therapeutic(
     ctx.turn_index = si.state.turn_count;
     ctx.previous_reply = previous;
     ctx.show_notice = show_notice;
+    let closes_episode = si.episode.is_some_and(|e| {
+        e.decision.close == Some(opencouch_safety::episode::CloseReason::SafetyStatement)
+    });
+    let mut text = if closes_episode {
+        // The person just said they are safe: a warm check of next steps
+        // (after the gate's acknowledgement), not an ordinary reflection.
+        let steps = &crate::replies::replies().recovery.next_steps;
+        let n = steps.len().max(1) as u64;
+        steps
+            .get((si.state.turn_count % n) as usize)
+            .cloned()
+            .unwrap_or_default()
+    } else {
+        opencouch_prompts::respond(&ctx)
+    };
+    let mut diagnostics = Diagnostics::new();
+    if style == ResponseStyle::Closing {
+        // A goodbye: a warm close, and the suggestion to end the session.
+        let end = crate::replies::replies()
+            .closing
+            .end_session_for(si.input.channel);
+        text.push(' ');
+        text.push_str(end);
+    } else if let Some(offer) = exercise_offer(si, previous) {
+        diagnostics.set("exercise_offered", offer.id.as_str());
+        text.push_str("\n\n");
+        text.push_str(&opencouch_exercises::render_offer(offer));
+    }
     SpecialistOutcome {
-        text: opencouch_prompts::respond(&ctx),
+        text,
         style,
         approach: Some(approach),
         notice_shown: show_notice,
+        diagnostics,
         ..Default::default()
     }
+}
+
+/// The exercise a deterministic therapeutic reply offers: the one triage
+/// suggested (a calming request, bodily anxiety) when no exercise runs,
+/// it is installed, and the reply just before did not already offer it.
+/// The offer asks for consent; the person's "yes" on the next turn starts
+/// it (`opencouch_exercises::detect_start`).
+fn exercise_offer<'a>(
+    si: &SpecialistInput<'_>,
+    previous: Option<&str>,
+) -> Option<&'a opencouch_exercises::Exercise> {
+    if si.state.exercise_state.is_some() || si.plan.kind != crate::plan::PlanKind::Therapeutic {
+        return None;
+    }
+    let id = si.triage?.exercise_type.as_deref()?;
+    if !crate::skills::resolve_checked(&si.input.installed_skills).allows_exercise(id) {
+        return None;
+    }
+    let exercise = opencouch_exercises::Catalog::builtin().get(id)?;
+    if previous.is_some_and(|p| p.contains(exercise.offer.as_str())) {
+        return None;
+    }
+    Some(exercise)
 }

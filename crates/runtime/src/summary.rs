@@ -5,8 +5,6 @@
 //! the person's own words. No arc is written for fewer than 3 substantive
 //! user turns or pure small talk, and summarizing never raises.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 // The same words as the rule-based responder sees (one tokenizer, so a
 // feeling word is found alike with straight and curly apostrophes).
@@ -26,6 +24,77 @@ pub struct SessionFacts<'a> {
     pub transcript: &'a [Message],
     pub crisis_level_max: u8,
     pub dominant_approach: Option<Approach>,
+    /// The exercises finished in the session (display names).
+    pub exercises_done: Vec<String>,
+    /// The exercises left before their end (display names).
+    pub exercises_partial: Vec<String>,
+}
+
+const TOPICS_TOML: &str = include_str!("../data/summary_topics.toml");
+
+#[derive(Debug, Deserialize)]
+struct TopicFile {
+    topic: Vec<Topic>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Topic {
+    phrase: String,
+    keywords: Vec<String>,
+}
+
+fn topics() -> &'static [Topic] {
+    static T: std::sync::LazyLock<Vec<Topic>> = std::sync::LazyLock::new(|| {
+        toml::from_str::<TopicFile>(TOPICS_TOML)
+            .map(|f| f.topic)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "summary topics failed to parse");
+                Vec::new()
+            })
+    });
+    &T
+}
+
+/// Whether the word sequence `phrase` occurs in `ws` on word boundaries.
+fn has_words(ws: &[String], phrase: &[String]) -> bool {
+    !phrase.is_empty() && ws.windows(phrase.len()).any(|w| w == phrase)
+}
+
+/// The topics of the person's turns as noun phrases, most mentioned first
+/// (at most three).
+fn topic_phrases(turns: &[&str]) -> Vec<String> {
+    let per_turn: Vec<Vec<String>> = turns.iter().map(|t| words(t)).collect();
+    let mut scored: Vec<(usize, usize, &str)> = topics()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let hits = per_turn
+                .iter()
+                .map(|ws| {
+                    t.keywords
+                        .iter()
+                        .filter(|k| has_words(ws, &words(k)))
+                        .count()
+                })
+                .sum::<usize>();
+            (hits > 0).then_some((hits, i, t.phrase.as_str()))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, _, p)| p.to_owned())
+        .collect()
+}
+
+/// "a", "a and b", "a, b and c".
+fn join_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 const FEELINGS: &[(&str, &str)] = &[
@@ -53,106 +122,6 @@ const FEELINGS: &[(&str, &str)] = &[
     ("grateful", "grateful"),
     ("thanks", "grateful"),
     ("thank", "grateful"),
-];
-
-const STOP: &[&str] = &[
-    "the",
-    "and",
-    "but",
-    "that",
-    "this",
-    "with",
-    "have",
-    "just",
-    "about",
-    "what",
-    "when",
-    "been",
-    "really",
-    "feel",
-    "feeling",
-    "like",
-    "know",
-    "dont",
-    "don't",
-    "i'm",
-    "im",
-    "it's",
-    "its",
-    "they",
-    "them",
-    "there",
-    "then",
-    "than",
-    "would",
-    "could",
-    "should",
-    "because",
-    "into",
-    "from",
-    "your",
-    "you",
-    "for",
-    "are",
-    "was",
-    "were",
-    "not",
-    "can",
-    "can't",
-    "cant",
-    "all",
-    "any",
-    "some",
-    "very",
-    "much",
-    "more",
-    "also",
-    "even",
-    "still",
-    "how",
-    "why",
-    "who",
-    "get",
-    "got",
-    "going",
-    "want",
-    "think",
-    "thing",
-    "things",
-    "something",
-    "anything",
-    "today",
-    "right",
-    "now",
-    "okay",
-    "yeah",
-    "yes",
-    "thanks",
-    "thank",
-    "maybe",
-    "keep",
-    "lot",
-    "bit",
-    "make",
-    "makes",
-    "did",
-    "does",
-    "doing",
-    "done",
-    "had",
-    "has",
-    "will",
-    "one",
-    "out",
-    "too",
-    "our",
-    "his",
-    "her",
-    "she",
-    "him",
-    "myself",
-    "mine",
-    "being",
 ];
 
 fn mood_of(text: &str) -> Option<&'static str> {
@@ -190,31 +159,37 @@ pub fn deterministic(facts: &SessionFacts<'_>) -> Option<SessionArc> {
     if turns.len() < MIN_SUBSTANTIVE_TURNS {
         return None;
     }
-    let mut freq: BTreeMap<String, usize> = BTreeMap::new();
-    for t in &turns {
-        for w in words(t) {
-            if w.len() >= 4 && !STOP.contains(&w.as_str()) && !w.chars().all(|c| c.is_ascii_digit())
-            {
-                *freq.entry(w).or_insert(0) += 1;
-            }
-        }
+    let themes = topic_phrases(&turns);
+    let first = clip(turns.first().copied().unwrap_or_default(), 160);
+    let opened_mood = turns.first().and_then(|t| mood_of(t));
+    let closed_mood = turns.last().and_then(|t| mood_of(t));
+    let mut sentences: Vec<String> = Vec::new();
+    if !themes.is_empty() {
+        sentences.push(format!("You talked about {}.", join_list(&themes)));
     }
-    let mut ranked: Vec<(String, usize)> = freq.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let themes: Vec<String> = ranked.into_iter().take(3).map(|(w, _)| w).collect();
-    let first = clip(turns.first().copied().unwrap_or_default(), 180);
-    let last = clip(turns.last().copied().unwrap_or_default(), 180);
-    let mut summary = if themes.is_empty() {
-        format!("You opened with: \"{first}\".")
-    } else {
-        format!(
-            "You talked about {}. You opened with: \"{first}\".",
-            themes.join(", ")
-        )
-    };
-    if turns.len() > 1 && last != first {
-        summary.push_str(&format!(" Toward the end: \"{last}\"."));
+    if !facts.exercises_done.is_empty() {
+        sentences.push(format!(
+            "Together you did {}.",
+            join_list(&facts.exercises_done)
+        ));
     }
+    if !facts.exercises_partial.is_empty() {
+        sentences.push(format!(
+            "You tried {} and stopped partway, which still counts.",
+            join_list(&facts.exercises_partial)
+        ));
+    }
+    match (opened_mood, closed_mood) {
+        (Some(a), Some(b)) if a != b => sentences.push(format!(
+            "You started out feeling {a} and ended feeling {b}."
+        )),
+        (Some(a), Some(_)) => sentences.push(format!("You felt {a} at the start and at the end.")),
+        (Some(a), None) => sentences.push(format!("You started out feeling {a}.")),
+        (None, Some(b)) => sentences.push(format!("By the end you felt {b}.")),
+        (None, None) => {}
+    }
+    sentences.push(format!("You opened with: \"{first}\"."));
+    let summary = sentences.join(" ");
     let summary = clip(&summary, 600);
     let opened = turns
         .first()
@@ -357,6 +332,8 @@ mod tests {
             transcript,
             crisis_level_max: 0,
             dominant_approach: None,
+            exercises_done: Vec::new(),
+            exercises_partial: Vec::new(),
         }
     }
 
@@ -385,14 +362,24 @@ mod tests {
             Message::assistant("…"),
             Message::user("Planning my revision for the exams helped, I feel calmer now"),
         ];
-        let arc = deterministic(&facts(&t)).expect("arc");
-        assert!(
-            arc.primary_themes.contains(&"exams".to_owned()),
-            "{:?}",
-            arc.primary_themes
+        let mut f = facts(&t);
+        f.exercises_done = vec!["box breathing".into()];
+        let arc = deterministic(&f).expect("arc");
+        assert_eq!(
+            arc.primary_themes,
+            vec!["exam stress".to_owned(), "worry".to_owned()],
+            "topics as noun phrases, most mentioned first"
         );
         assert_eq!(arc.mood_arc.opened, "anxious");
         assert_eq!(arc.mood_arc.closed, "calmer");
+        assert!(
+            arc.summary.starts_with(
+                "You talked about exam stress and worry. Together you did box breathing. \
+                 You started out feeling anxious and ended feeling calmer."
+            ),
+            "{}",
+            arc.summary
+        );
         assert!(arc.summary.chars().count() <= 600);
     }
 }

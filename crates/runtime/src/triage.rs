@@ -24,7 +24,8 @@ string_enum! {
     /// Which memory-control action the message asks for.
     pub enum MemoryActionType: "memory_action_type" {
         None = "none", List = "list", Status = "status", SetRecall = "set_recall",
-        SavePreference = "save_preference", ForgetByIndex = "forget_by_index",
+        SavePreference = "save_preference", SaveFact = "save_fact", UndoSave = "undo_save",
+        ForgetByIndex = "forget_by_index",
         ForgetByQuery = "forget_by_query", ConfirmPending = "confirm_pending", CancelPending = "cancel_pending",
     }
 }
@@ -102,6 +103,9 @@ pub struct TriageContext<'a> {
     pub exercise_active: bool,
     /// The staged memory action, if any (confirm/cancel words need one).
     pub pending_memory_action: Option<&'a serde_json::Value>,
+    /// The turn just before saved something at the person's request, so
+    /// "forget that" undoes it.
+    pub undo_available: bool,
 }
 
 /// Deterministic triage: phrase rules, in a fixed order.
@@ -122,6 +126,30 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     {
         d.route = TriageRoute::MemoryControl;
         d.memory_action_type = MemoryActionType::ConfirmPending;
+        return d;
+    }
+    if ctx.undo_available && opencouch_memory::control::is_undo_request(message) {
+        d.route = TriageRoute::MemoryControl;
+        d.memory_action_type = MemoryActionType::UndoSave;
+        if ctx.exercise_active {
+            d.active_flow_action = FlowAction::Preserve;
+        }
+        return d;
+    }
+    // An explicit request to remember something, in any context.
+    if let Some(save) = opencouch_memory::control::parse_save(message) {
+        use opencouch_memory::control::MemoryAction as A;
+        d.route = TriageRoute::MemoryControl;
+        d.memory_action_type = match save {
+            A::SavePreference { preference_text } => {
+                d.preference_text = Some(preference_text);
+                MemoryActionType::SavePreference
+            }
+            _ => MemoryActionType::SaveFact,
+        };
+        if ctx.exercise_active {
+            d.active_flow_action = FlowAction::Preserve;
+        }
         return d;
     }
     if ctx.exercise_active {
@@ -207,7 +235,19 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
             }
         }
     }
-    d.response_style = Some(opencouch_prompts::choose_style(message, ctx.history));
+    // A goodbye (by its phrases, or read by the intent layer) closes warmly
+    // and suggests ending the session.
+    // (The phrases only in a short message: "I have to go to a funeral
+    // tomorrow and I'm dreading it" is no goodbye.)
+    let short = message.split_whitespace().count() <= 12;
+    let goodbye = (short && crate::session_stage::is_goodbye(message))
+        || intent::recognise(IntentContext::Chat, message)
+            .is_some_and(|s| s.intent == Intent::Goodbye);
+    d.response_style = Some(if goodbye && d.exercise_type.is_none() {
+        opencouch_core::ResponseStyle::Closing
+    } else {
+        opencouch_prompts::choose_style(message, ctx.history)
+    });
     d
 }
 
@@ -271,6 +311,15 @@ pub fn guard_model_decision(
     if ctx.pending_memory_action.is_some() && rules.route == TriageRoute::MemoryControl {
         d.route = TriageRoute::MemoryControl;
     }
+    // An explicit save or its undo is the app's reading (the person's own
+    // words are saved by the parser, not a model's paraphrase).
+    if matches!(
+        rules.memory_action_type,
+        MemoryActionType::SaveFact | MemoryActionType::SavePreference | MemoryActionType::UndoSave
+    ) {
+        d.route = TriageRoute::MemoryControl;
+        d.active_flow_action = rules.active_flow_action;
+    }
     if !ctx.exercise_active
         && d.route == TriageRoute::GuidedExercise
         && d.exercise_start_basis == ExerciseStartBasis::AmbiguousOrNone
@@ -317,6 +366,7 @@ pub async fn decide(
         history,
         exercise_active: state.exercise_state.is_some(),
         pending_memory_action: state.pending_memory_action.as_ref(),
+        undo_available: crate::memory::undo_offer(state).is_some(),
     };
     let rules = deterministic(ctx, message);
     let decision = match port.get() {
@@ -430,6 +480,7 @@ mod tests {
             history: &[],
             exercise_active: false,
             pending_memory_action: None,
+            undo_available: false,
         };
         let with_pending = TriageContext {
             pending_memory_action: Some(&pending),

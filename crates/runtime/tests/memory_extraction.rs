@@ -656,7 +656,13 @@ async fn saved_preferences_are_worded_by_the_model_with_a_fallback() {
         let rt = hybrid(&fake);
         let thread = format!("x-pref-{i}");
         let out = turn(&rt, &thread, "remember that I prefer short answers").await;
-        assert_eq!(out.response_text, format!("Saved: {want}"), "case {i}");
+        // The chat confirmation of an explicit save, with its undo.
+        let rule = want.replacen("You", "you", 1);
+        assert_eq!(
+            out.response_text,
+            format!("I'll remember that {rule} Say \"forget that\" to undo."),
+            "case {i}"
+        );
         let profile = opencouch_memory::backend::load_profile(rt.stores().memory.as_ref(), &thread)
             .await
             .expect("profile");

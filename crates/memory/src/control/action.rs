@@ -59,6 +59,25 @@ pub enum MemoryAction {
         /// The preference in the user's words.
         preference_text: String,
     },
+    /// Save a fact the person explicitly asked to be remembered ("remember
+    /// that my sister is called Sarah"), in their own words, at once.
+    SaveFact {
+        /// The fact in the person's words (the request words removed).
+        fact_text: String,
+    },
+    /// Show the saved items that match a query ("what do you remember
+    /// about my sister?").
+    Find {
+        /// What to look for.
+        query: String,
+    },
+    /// Undo a save made on the turn just before ("forget that"): deletes
+    /// exactly that item, without a confirmation step (the person just
+    /// saw it saved).
+    UndoSave {
+        /// The item the save wrote.
+        target: DeleteTarget,
+    },
     /// Prepare deletion of the n-th (1-based) active item of a kind.
     ForgetByIndex {
         /// Which list.
@@ -172,6 +191,9 @@ pub struct ControlOutcome {
     pub side_effect: bool,
     /// Structured data (lists, counts) for API and tool callers.
     pub data: Value,
+    /// The item an explicit save wrote, which a "forget that" right after
+    /// may undo ([`MemoryAction::UndoSave`]).
+    pub undo: Option<DeleteTarget>,
 }
 
 impl ControlOutcome {
@@ -181,6 +203,7 @@ impl ControlOutcome {
             pending,
             side_effect: false,
             data: Value::Null,
+            undo: None,
         }
     }
 }
@@ -200,6 +223,9 @@ pub enum ControlError {
     /// A query with no text.
     #[error("query is empty")]
     BlankQuery,
+    /// A fact to save with no text.
+    #[error("fact text is empty")]
+    BlankFact,
     /// No user id and no thread id.
     #[error("memory owner missing")]
     OwnerMissing,
@@ -238,6 +264,11 @@ pub struct ControlContext<'a> {
 /// The reply given for every memory request in incognito.
 pub const GUEST_MODE_REPLY: &str = "You're in guest mode (incognito), so I'm not saving anything from this conversation \
      and there is no saved memory to show or change. Start a regular session if you'd like me to remember things.";
+
+/// The reply to a request to save something in incognito: memory is off,
+/// nothing was written.
+pub const INCOGNITO_SAVE_REPLY: &str = "Memory is off in this private (incognito) conversation, so I haven't saved that. \
+     Start a regular session if you'd like me to remember things.";
 
 /// Everything visible to an owner, in list order.
 #[derive(Debug, Clone, PartialEq, Serialize)]

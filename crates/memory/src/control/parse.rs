@@ -82,6 +82,9 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
         }
     }
     let body = strip_politeness(&text);
+    if let Some(find) = parse_find(message) {
+        return Some(find);
+    }
     if c.list.iter().any(|p| contains_phrase(body, p)) {
         return Some(MemoryAction::List);
     }
@@ -103,6 +106,9 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
         return Some(MemoryAction::SavePreference {
             preference_text: tail.trim().to_owned(),
         });
+    }
+    if let Some(save) = parse_save(message) {
+        return Some(save);
     }
     let starts_forget = body.starts_with("forget") || body.starts_with("delete");
     if starts_forget && let Some(n) = number_after(body) {
@@ -129,4 +135,293 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
         });
     }
     None
+}
+
+/// A message with whitespace collapsed, folded (lower case, ASCII
+/// apostrophes) with a map from each folded byte to the byte of the
+/// original it came from, so a match on the folded text gives back the
+/// person's own words.
+struct Folded {
+    original: String,
+    folded: String,
+    map: Vec<usize>,
+}
+
+impl Folded {
+    fn new(text: &str) -> Self {
+        let original = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut folded = String::with_capacity(original.len());
+        let mut map = Vec::with_capacity(original.len() + 1);
+        for (i, c) in original.char_indices() {
+            let f = fold(c.encode_utf8(&mut [0u8; 4]));
+            for _ in 0..f.len() {
+                map.push(i);
+            }
+            folded.push_str(&f);
+        }
+        map.push(original.len());
+        Folded {
+            original,
+            folded,
+            map,
+        }
+    }
+
+    fn original_of_len(&self, at: usize, len: usize) -> usize {
+        let start = self.map.get(at).copied().unwrap_or(self.original.len());
+        let end = self
+            .map
+            .get(at + len)
+            .copied()
+            .unwrap_or(self.original.len());
+        end.saturating_sub(start)
+    }
+}
+
+/// The longest of `phrases` that opens `text` on a word boundary, and what
+/// follows it (leading spaces, commas, colons and dashes removed).
+fn lead<'a, 'p>(text: &'a str, phrases: &'p [String]) -> Option<(&'p str, &'a str)> {
+    phrases
+        .iter()
+        .filter_map(|p| {
+            let rest = text.strip_prefix(p.as_str())?;
+            (rest.is_empty() || rest.starts_with([' ', ':', ',', '-', ';'])).then(|| {
+                (
+                    p.as_str(),
+                    rest.trim_start_matches([' ', ':', ',', '-', ';']),
+                )
+            })
+        })
+        .max_by_key(|(p, _)| p.len())
+}
+
+/// `text` without leading fillers ("please", "oh and", "by the way"), and
+/// whether one of them made a question a request ("can you …").
+fn strip_fillers<'a>(mut text: &'a str, fillers: &[String], askers: &[String]) -> (&'a str, bool) {
+    let mut asked = false;
+    while let Some((p, rest)) = lead(text, fillers) {
+        asked |= askers.iter().any(|a| a == p);
+        text = rest;
+    }
+    (text, asked)
+}
+
+fn first_is(text: &str, words: &[String]) -> bool {
+    lead(text, words).is_some()
+}
+
+/// Whether `body` is an instruction about how I answer (a preference) and
+/// the instruction itself, as an imperative where one can be had ("i want
+/// you to keep it short" → "keep it short").
+fn preference_body(body: &str) -> Option<&str> {
+    let c = &lexicon().control;
+    if let Some((p, rest)) = lead(body, &c.preference_starts) {
+        let imperative = matches!(
+            p,
+            "i want you to" | "i'd like you to" | "i would like you to" | "you should"
+        );
+        return Some(if imperative && !rest.is_empty() {
+            rest
+        } else {
+            body
+        });
+    }
+    let first = body.split([' ', ',']).next().unwrap_or_default();
+    super::service::IMPERATIVE_OPENERS
+        .contains(&first)
+        .then_some(body)
+}
+
+/// Reads one sentence as an explicit request to remember something.
+fn parse_save_sentence(sentence: &str, question: bool) -> Option<MemoryAction> {
+    let c = &lexicon().control;
+    let f = Folded::new(sentence);
+    let (rest, asked) = strip_fillers(f.folded.trim(), &c.request_fillers, &c.request_askers);
+    // "from now on, keep your answers short" / "keep it short from now on".
+    let cue_body = lead(rest, &c.preference_cues).map(|(_, b)| b).or_else(|| {
+        c.preference_cues.iter().find_map(|cue| {
+            let b = rest.strip_suffix(cue.as_str())?;
+            b.ends_with([' ', ','])
+                .then(|| b.trim_end_matches([' ', ',']))
+        })
+    });
+    if let Some(b) = cue_body {
+        let (b, _) = strip_fillers(b, &c.request_fillers, &c.request_askers);
+        if lead(b, &c.save_triggers).is_none() {
+            return preference_body(b).map(|p| MemoryAction::SavePreference {
+                preference_text: f.original_of_segment(p),
+            });
+        }
+    }
+    let rest = cue_body
+        .map(|b| strip_fillers(b, &c.request_fillers, &c.request_askers).0)
+        .unwrap_or(rest);
+    let (trigger, body) = lead(rest, &c.save_triggers)?;
+    if question && !asked {
+        return None;
+    }
+    let body = body.trim();
+    if body.is_empty() {
+        return None;
+    }
+    let with_that = trigger.ends_with("that") || trigger == "for future reference";
+    if first_is(body, &c.save_not_after) {
+        // "remember to keep it short": an instruction to me.
+        let after_to = body.strip_prefix("to ")?;
+        return preference_body(after_to).map(|p| MemoryAction::SavePreference {
+            preference_text: f.original_of_segment(p),
+        });
+    }
+    if with_that && first_is(body, &c.save_not_after_that) {
+        return None;
+    }
+    if !with_that && first_is(body, &c.save_not_after_bare) {
+        return None;
+    }
+    if let Some(p) = preference_body(body) {
+        return Some(MemoryAction::SavePreference {
+            preference_text: f.original_of_segment(p),
+        });
+    }
+    if !with_that && !first_is(body, &c.save_bare_starts) {
+        return None;
+    }
+    Some(MemoryAction::SaveFact {
+        fact_text: f.original_of_segment(body),
+    })
+}
+
+impl Folded {
+    /// The original words of `segment`, a slice of `folded` that may stop
+    /// before its end.
+    fn original_of_segment(&self, segment: &str) -> String {
+        let base = self.folded.as_ptr() as usize;
+        let at = (segment.as_ptr() as usize).saturating_sub(base);
+        if at > self.folded.len() {
+            return segment.trim().to_owned();
+        }
+        let start = self.map.get(at).copied().unwrap_or(self.original.len());
+        let len = self.original_of_len(at, segment.len());
+        self.original
+            .get(start..start + len)
+            .map_or_else(|| segment.trim().to_owned(), |s| s.trim().to_owned())
+    }
+}
+
+/// The sentences of a message with whether each ended in a question mark.
+fn sentences(message: &str) -> Vec<(&str, bool)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, ch) in message.char_indices() {
+        if matches!(ch, '.' | '!' | '?' | '\n') {
+            let s = message[start..i].trim();
+            if !s.is_empty() {
+                out.push((s, ch == '?'));
+            }
+            start = i + ch.len_utf8();
+        }
+    }
+    let s = message[start..].trim();
+    if !s.is_empty() {
+        out.push((s, false));
+    }
+    out
+}
+
+/// An explicit request to remember something, in the person's own words:
+/// "remember that my sister is called Sarah", "please remember I'm
+/// vegetarian", "don't forget that my exam is on Friday" (a fact), or "from
+/// now on keep your answers short", "remember to call me Sam" (a
+/// preference). A sentence of the message must open with the request (after
+/// fillers such as "oh and" or "please"); "I remember when …", "I can't
+/// remember anything", "remember that time we …" and questions ("remember
+/// I told you about her?") are not requests.
+pub fn parse_save(message: &str) -> Option<MemoryAction> {
+    sentences(message)
+        .into_iter()
+        .find_map(|(s, q)| parse_save_sentence(s, q))
+}
+
+/// A question about what is saved: the whole list ("what is saved in
+/// memory?") or the items about something ("what do you remember about my
+/// sister?").
+pub fn parse_find(message: &str) -> Option<MemoryAction> {
+    let c = &lexicon().control;
+    for (sentence, _) in sentences(message) {
+        let f = Folded::new(sentence);
+        let (rest, _) = strip_fillers(f.folded.trim(), &c.request_fillers, &c.request_askers);
+        let query = if let Some((_, q)) = lead(rest, &c.find_prefixes) {
+            Some(q)
+        } else if let Some((_, q)) = lead(rest, &c.list_openers) {
+            if q.is_empty() || c.list_tails.iter().any(|t| t == q) {
+                return Some(MemoryAction::List);
+            }
+            q.strip_prefix("about ")
+        } else {
+            None
+        };
+        let Some(q) = query.map(str::trim) else {
+            continue;
+        };
+        if q.is_empty() || c.find_self.iter().any(|s| s == q) {
+            return Some(MemoryAction::List);
+        }
+        return Some(MemoryAction::Find {
+            query: f.original_of_segment(q),
+        });
+    }
+    None
+}
+
+/// Whether `message` asks to undo what was just saved ("forget that",
+/// "no wait, undo that", "scratch that").
+pub fn is_undo_request(message: &str) -> bool {
+    let c = &lexicon().control;
+    let t = clean(message);
+    let t = t.trim_end_matches([',', ' ']);
+    let t = t.strip_suffix(" please").unwrap_or(t);
+    let (t, _) = strip_fillers(t, &c.undo_fillers, &[]);
+    let t = t.trim_end_matches(['.', '!', ',', ' ']);
+    c.undo_phrases.iter().any(|p| p == t)
+}
+
+/// The person's words turned to address them ("my sister is called Sarah"
+/// → "your sister is called Sarah"; "I'm vegetarian" → "you're
+/// vegetarian"), for confirming what was saved.
+pub fn second_person(text: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut prev_i = false;
+    for word in text.split(' ') {
+        let core_end = word
+            .char_indices()
+            .rev()
+            .find(|(_, c)| c.is_alphanumeric())
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let (core, tail) = word.split_at(core_end);
+        let lower = fold(core);
+        let swapped = match lower.as_str() {
+            "i" => Some("you"),
+            "i'm" | "im" => Some("you're"),
+            "i've" => Some("you've"),
+            "i'd" => Some("you'd"),
+            "i'll" => Some("you'll"),
+            "my" => Some("your"),
+            "me" => Some("you"),
+            "mine" => Some("yours"),
+            "myself" => Some("yourself"),
+            "am" if prev_i => Some("are"),
+            "was" if prev_i => Some("were"),
+            "you" => Some("me"),
+            "your" => Some("my"),
+            "yours" => Some("mine"),
+            "yourself" => Some("myself"),
+            _ => None,
+        };
+        prev_i = lower == "i";
+        match swapped {
+            Some(s) => out.push(format!("{s}{tail}")),
+            None => out.push(word.to_owned()),
+        }
+    }
+    out.join(" ")
 }

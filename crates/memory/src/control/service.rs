@@ -11,17 +11,25 @@ use opencouch_store::MemoryStore;
 use serde_json::{Value, json};
 
 use super::action::{
-    ControlContext, ControlError, ControlOutcome, DeleteTarget, GUEST_MODE_REPLY, MemoryAction,
-    MemorySnapshot, PendingAction, PendingChange, TargetKind,
+    ControlContext, ControlError, ControlOutcome, DeleteTarget, GUEST_MODE_REPLY,
+    INCOGNITO_SAVE_REPLY, MemoryAction, MemorySnapshot, PendingAction, PendingChange, TargetKind,
 };
+use super::parse::second_person;
 use crate::assist::{PolicyModel, validate_preference_rule};
 use crate::backend::{
-    MemoryError, PROFILE_RECORD_ID, active_facts, load_profile, save_profile, visible_arcs,
+    MemoryError, PROFILE_RECORD_ID, active_facts, fact_record, load_profile, save_profile, upsert,
+    visible_arcs,
 };
-use crate::policy::{RuleOutcome, add_rule, clip_quote, is_safety_conflict};
+use crate::policy::{
+    CandidateBody, RuleOutcome, add_rule, clip_quote, extract_candidates, is_fragile_self_belief,
+    is_safety_conflict,
+};
 use crate::retrieval::{haystack, lexical_score};
 use crate::text::meaningful_set;
-use crate::types::{MAX_QUOTE_CHARS, ProceduralRule, RuleSource, TypeError, WriteTiming};
+use crate::types::{
+    EntityRef, EntityType, FactCategory, MAX_QUOTE_CHARS, NewFact, Predicate, ProceduralRule,
+    RuleSource, SemanticFact, TypeError, WriteTiming, normalize_space_lower,
+};
 
 fn namespace(owner: &str, kind: TargetKind) -> String {
     format!("{owner}:{}", kind.memory_kind())
@@ -63,12 +71,50 @@ pub(super) fn options_prompt(targets: &[DeleteTarget]) -> String {
 pub const SAFETY_PREFERENCE_REPLY: &str = "I can't save that one: if things ever get really hard, I always need to be able to \
      check you're safe and share crisis support. I'm happy to remember other preferences about how I talk with you.";
 
+/// The reply when an explicit save states a painful belief about the
+/// person ("remember that I'm worthless"): it is not kept as a fact.
+pub const FRAGILE_FACT_REPLY: &str = "I'd rather not keep that as a fact about you: it sounds like a painful thing to \
+     believe about yourself, and I don't want to hold on to it as if it were simply true. If you'd like, we can talk about it.";
+
+/// The fact an explicit save writes: the person's words as the evidence,
+/// with the triple the deterministic extractor reads in them when it reads
+/// one ("my sister is called Sarah" → you KNOW Person "Sarah"), else a
+/// context fact whose object is the words themselves.
+fn explicit_fact(words: &str) -> Result<NewFact, ControlError> {
+    let read = extract_candidates(words, 0)
+        .into_iter()
+        .find_map(|c| match c.body {
+            CandidateBody::Semantic(s) => Some(s),
+            CandidateBody::Procedural(_) => None,
+        });
+    let (category, predicate, object) = match read {
+        Some(s) if s.predicate != Predicate::MentionedIn => (s.category, s.predicate, s.object),
+        _ => (
+            FactCategory::Context,
+            Predicate::Experienced,
+            EntityRef::new(EntityType::Event, words)?,
+        ),
+    };
+    Ok(NewFact {
+        category,
+        subject: EntityRef::user(),
+        predicate,
+        object,
+        evidence_quote: words.to_owned(),
+        confidence: 1.0,
+        source_session_id: None,
+        source_turn_index: None,
+        write_timing: WriteTiming::Immediate,
+        write_reason: "explicit_user_request".to_owned(),
+    })
+}
+
 /// Maximum options offered for one query.
 pub const MAX_DELETE_OPTIONS: usize = 5;
 
 /// Words that open a request addressed to the assistant ("keep answers
 /// short", "call me Sam"): such a preference reads "You prefer that I …".
-const IMPERATIVE_OPENERS: &[&str] = &[
+pub(super) const IMPERATIVE_OPENERS: &[&str] = &[
     "always", "answer", "ask", "avoid", "be", "bring", "call", "check", "do", "don't", "dont",
     "explain", "focus", "give", "go", "help", "keep", "let", "mention", "never", "offer", "remind",
     "reply", "respond", "say", "share", "show", "skip", "speak", "stay", "stop", "suggest", "talk",
@@ -116,6 +162,10 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
             .map(|f| f.to_uppercase().chain(c).collect::<String>())
             .unwrap_or_default()
     } else {
+        let opener = lower.split(' ').next().unwrap_or_default();
+        let imperative = IMPERATIVE_OPENERS.contains(&opener);
+        // An instruction to me speaks of my answers: "keep your answers
+        // short" → "… that I keep my answers short".
         let swapped: Vec<String> = t
             .split(' ')
             .map(|w| match w.to_lowercase().as_str() {
@@ -124,12 +174,14 @@ pub fn normalize_preference(text: &str) -> Result<String, ControlError> {
                 "myself" => "yourself".to_owned(),
                 "i" => "you".to_owned(),
                 "i'm" => "you're".to_owned(),
+                "your" if imperative => "my".to_owned(),
+                "yours" if imperative => "mine".to_owned(),
+                "yourself" if imperative => "myself".to_owned(),
                 _ => w.to_owned(),
             })
             .collect();
         let body = swapped.join(" ");
-        let opener = lower.split(' ').next().unwrap_or_default();
-        let lead = if IMPERATIVE_OPENERS.contains(&opener) {
+        let lead = if imperative {
             "You prefer that I"
         } else {
             "You prefer"
@@ -222,7 +274,13 @@ impl MemoryControlService {
         pending: Option<&PendingAction>,
     ) -> Result<ControlOutcome, ControlError> {
         if ctx.memory_mode == MemoryMode::Incognito {
-            let mut out = ControlOutcome::reply(GUEST_MODE_REPLY, PendingChange::Clear);
+            let reply = match action {
+                MemoryAction::SaveFact { .. } | MemoryAction::SavePreference { .. } => {
+                    INCOGNITO_SAVE_REPLY
+                }
+                _ => GUEST_MODE_REPLY,
+            };
+            let mut out = ControlOutcome::reply(reply, PendingChange::Clear);
             if action == MemoryAction::Status {
                 out.data = json!({"memory_enabled": false, "memory_mode": "incognito"});
             }
@@ -260,6 +318,26 @@ impl MemoryControlService {
                     confirm_prompt(&t),
                     PendingChange::Set(PendingAction::Delete { target: t }),
                 ))
+            }
+            MemoryAction::SaveFact { fact_text } => {
+                self.save_fact(owner, &fact_text, ctx.now).await
+            }
+            MemoryAction::Find { query } => self.find(owner, &query).await,
+            MemoryAction::UndoSave { target } => {
+                if target.namespace != namespace(owner, target.kind) {
+                    return Err(ControlError::ForeignPending);
+                }
+                let deleted = self.delete_target(owner, &target, ctx.now).await?;
+                let reply = if deleted {
+                    format!("Done, I've forgotten that: \"{}\".", target.preview)
+                } else {
+                    "That was already gone, so there was nothing to undo.".to_owned()
+                };
+                Ok(ControlOutcome {
+                    side_effect: deleted,
+                    data: json!({"undone": deleted}),
+                    ..ControlOutcome::reply(reply, PendingChange::Keep)
+                })
             }
             MemoryAction::ForgetByQuery { query } => self.forget_by_query(owner, &query).await,
             MemoryAction::ChooseOption { option } => Ok(choose_option(pending, option)),
@@ -409,6 +487,7 @@ impl MemoryControlService {
             "explicit_user_request",
             now,
         )?;
+        let rule_id = rule.id.clone();
         let (outcome, _) = add_rule(&mut profile, rule, self.policy_model.as_deref(), now).await;
         match outcome {
             RuleOutcome::Skipped { existing } => {
@@ -431,10 +510,141 @@ impl MemoryControlService {
                 Ok(ControlOutcome {
                     side_effect: true,
                     data,
+                    undo: Some(target(owner, TargetKind::Rule, &rule_id, &rule_text)),
                     ..ControlOutcome::reply(reply, PendingChange::Keep)
                 })
             }
         }
+    }
+
+    /// Saves a fact the person asked to be remembered, in their own words,
+    /// at once (an explicit request, parsed by the app: not a candidate a
+    /// model or the extractor proposed, which wait for session end). A
+    /// fragile negative self-belief ("I'm a failure") is not kept as a fact
+    /// about them; an exact duplicate is not saved twice.
+    async fn save_fact(
+        &self,
+        owner: &str,
+        text: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ControlOutcome, ControlError> {
+        let words = clip_quote(text.trim().trim_end_matches(['.', '!', '?', ' ']));
+        if words.is_empty() {
+            return Err(ControlError::BlankFact);
+        }
+        if is_fragile_self_belief(&words) {
+            return Ok(ControlOutcome {
+                data: json!({"saved": false, "reason": "fragile_self_belief"}),
+                ..ControlOutcome::reply(FRAGILE_FACT_REPLY, PendingChange::Keep)
+            });
+        }
+        let b = self.store.as_ref();
+        let existing = active_facts(b, owner).await?;
+        let norm = normalize_space_lower(&words);
+        if let Some(dup) = existing
+            .iter()
+            .find(|f| normalize_space_lower(&f.evidence_quote) == norm)
+        {
+            return Ok(ControlOutcome {
+                data: json!({"saved": false, "duplicate": true, "fact": dup.preview()}),
+                ..ControlOutcome::reply(
+                    format!("I already have that saved: \"{}\".", dup.preview()),
+                    PendingChange::Keep,
+                )
+            });
+        }
+        let fact = SemanticFact::new(explicit_fact(&words)?, now)?;
+        upsert(b, &fact_record(owner, &fact, None))
+            .await
+            .map_err(MemoryError::from)?;
+        let preview = fact.preview();
+        Ok(ControlOutcome {
+            side_effect: true,
+            data: json!({"saved": true, "kind": "fact", "fact": preview}),
+            undo: Some(target(owner, TargetKind::Fact, &fact.id, &preview)),
+            ..ControlOutcome::reply(
+                format!("I'll remember that {}.", second_person(&words)),
+                PendingChange::Keep,
+            )
+        })
+    }
+
+    /// The saved items that match `query` (facts, session summaries and
+    /// preferences; the whole list when the query names only the person).
+    async fn find(&self, owner: &str, query: &str) -> Result<ControlOutcome, ControlError> {
+        let q = meaningful_set(query);
+        if q.is_empty() {
+            return self.list(owner).await;
+        }
+        let snap = self.snapshot(owner).await?;
+        let b = self.store.as_ref();
+        let mut found: Vec<(f64, TargetKind, String)> = Vec::new();
+        let mut consider = |kind: TargetKind, value: &Value, preview: &str| {
+            let hay = meaningful_set(&haystack(value));
+            let s = lexical_score(&q, &hay, &meaningful_set(preview));
+            if s.hit {
+                found.push((s.recall, kind, preview.to_owned()));
+            }
+        };
+        for f in active_facts(b, owner).await? {
+            let v = serde_json::to_value(&f).unwrap_or(Value::Null);
+            consider(TargetKind::Fact, &v, &f.preview());
+        }
+        for (_, summary) in &snap.sessions {
+            consider(TargetKind::Session, &json!({"text": summary}), summary);
+        }
+        for (_, rule) in &snap.rules {
+            consider(TargetKind::Rule, &json!({"text": rule}), rule);
+        }
+        found.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let about = second_person(query.trim().trim_end_matches(['.', '!', '?', ' ']));
+        let reply = if found.is_empty() {
+            format!(
+                "I don't have anything saved about {about}. Say \"what do you remember about me?\" to see everything I've saved."
+            )
+        } else {
+            let mut r = format!("Here is what I have saved about {about}:");
+            for (i, (_, kind, text)) in found.iter().enumerate() {
+                r.push_str(&format!("\n{}. ({}) {text}", i + 1, kind.noun()));
+            }
+            r
+        };
+        let items: Vec<Value> = found
+            .iter()
+            .map(|(_, k, t)| json!({"kind": k, "text": t}))
+            .collect();
+        Ok(ControlOutcome {
+            data: json!({"items": items}),
+            ..ControlOutcome::reply(reply, PendingChange::Keep)
+        })
+    }
+
+    /// Deletes one saved item (a fact or session record, or a rule of the
+    /// profile). Returns whether anything was deleted.
+    async fn delete_target(
+        &self,
+        owner: &str,
+        t: &DeleteTarget,
+        now: DateTime<Utc>,
+    ) -> Result<bool, ControlError> {
+        let b = self.store.as_ref();
+        Ok(match (t.kind, &t.rule_id) {
+            (TargetKind::Rule, Some(rule_id)) => {
+                let mut profile = load_profile(b, owner).await?;
+                let before = profile.rules.len();
+                profile.rules.retain(|r| &r.id != rule_id);
+                let deleted = profile.rules.len() != before;
+                if deleted {
+                    save_profile(b, owner, &profile, now).await?;
+                }
+                deleted
+            }
+            (TargetKind::Rule, None) => return Err(ControlError::InvalidPending),
+            (kind, _) => b
+                .delete(owner, kind.memory_kind(), &t.key)
+                .await
+                .map_err(MemoryError::from)?,
+        })
     }
 
     async fn forget_by_query(
@@ -523,24 +733,7 @@ impl MemoryControlService {
         if t.namespace != namespace(owner, t.kind) {
             return Err(ControlError::ForeignPending);
         }
-        let b = self.store.as_ref();
-        let deleted = match (t.kind, &t.rule_id) {
-            (TargetKind::Rule, Some(rule_id)) => {
-                let mut profile = load_profile(b, owner).await?;
-                let before = profile.rules.len();
-                profile.rules.retain(|r| &r.id != rule_id);
-                let deleted = profile.rules.len() != before;
-                if deleted {
-                    save_profile(b, owner, &profile, now).await?;
-                }
-                deleted
-            }
-            (TargetKind::Rule, None) => return Err(ControlError::InvalidPending),
-            (kind, _) => b
-                .delete(owner, kind.memory_kind(), &t.key)
-                .await
-                .map_err(MemoryError::from)?,
-        };
+        let deleted = self.delete_target(owner, t, now).await?;
         let reply = if deleted {
             format!("Deleted the saved {}: \"{}\".", t.kind.noun(), t.preview)
         } else {

@@ -302,6 +302,7 @@ async fn recall(
                     pending: PendingChange::Keep,
                     side_effect: false,
                     data: json!({"items": items, "retrieval_path": hits.path.as_str()}),
+                    undo: None,
                 },
             )
         }

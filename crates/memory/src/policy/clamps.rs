@@ -47,7 +47,12 @@ pub(super) fn any_phrase(text: &str, phrases: &[String]) -> bool {
 /// Whether `text` holds an explicit memory-control request ("don't save",
 /// "forget this", "use incognito mode", …).
 pub fn is_memory_control_request(text: &str) -> bool {
-    any_phrase(&fold(text), &lexicon().policy.memory_control)
+    // "don't forget that …" asks to remember, not to forget.
+    let mut t = fold(text);
+    for keep in ["don't forget", "dont forget", "do not forget"] {
+        t = t.replace(keep, " ");
+    }
+    any_phrase(&t, &lexicon().policy.memory_control)
 }
 
 /// Whether `text` is scoped to the turn/session with no durable cue.

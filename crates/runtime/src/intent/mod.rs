@@ -396,6 +396,9 @@ pub fn decide_chat(message: &str, last_assistant: Option<&str>) -> IntentDecisio
             A::SetRecall { enabled: true } => Some(Intent::MemoryRecallOn),
             A::SetRecall { enabled: false } => Some(Intent::MemoryRecallOff),
             A::SavePreference { .. } => Some(Intent::MemorySavePreference),
+            A::SaveFact { .. } => Some(Intent::MemorySaveFact),
+            A::Find { .. } => Some(Intent::MemoryShow),
+            A::UndoSave { .. } => Some(Intent::MemoryForget),
             A::ForgetByIndex { .. } | A::ForgetByQuery { .. } => Some(Intent::MemoryForget),
             A::ChooseOption { .. } | A::ConfirmPending | A::CancelPending => None,
         };

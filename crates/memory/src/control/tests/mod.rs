@@ -542,3 +542,206 @@ async fn rules_can_be_deleted_by_query() {
         .unwrap();
     assert_eq!(o.pending, PendingChange::Keep);
 }
+
+#[test]
+fn explicit_saves_are_read_in_the_persons_words() {
+    let fact = |t: &str| {
+        Some(MemoryAction::SaveFact {
+            fact_text: t.into(),
+        })
+    };
+    let pref = |t: &str| {
+        Some(MemoryAction::SavePreference {
+            preference_text: t.into(),
+        })
+    };
+    let cases: Vec<(&str, Option<MemoryAction>)> = vec![
+        (
+            "remember that my sister is called Sarah",
+            fact("my sister is called Sarah"),
+        ),
+        ("please remember I'm vegetarian", fact("I'm vegetarian")),
+        (
+            "Don't forget that my exam is on Friday.",
+            fact("my exam is on Friday"),
+        ),
+        (
+            "ugh long day. Oh and remember, my boss is called Dave",
+            fact("my boss is called Dave"),
+        ),
+        (
+            "can you remember that my cat’s name is Miso?",
+            fact("my cat’s name is Miso"),
+        ),
+        (
+            "I want you to remember that I work night shifts",
+            fact("I work night shifts"),
+        ),
+        (
+            "from now on please keep your answers short",
+            pref("keep your answers short"),
+        ),
+        ("Call me Sam from now on", pref("Call me Sam")),
+        (
+            "remember to ask me before starting an exercise",
+            pref("ask me before starting an exercise"),
+        ),
+        (
+            "going forward, I'd like you to skip the breathing stuff",
+            pref("skip the breathing stuff"),
+        ),
+        (
+            "remember that her name was Biscuit",
+            fact("her name was Biscuit"),
+        ),
+        ("remember her?", None),
+        (
+            "Note that I'm not blaming anyone, but my boss is awful",
+            None,
+        ),
+        ("I remember when I was a kid", None),
+        ("I can't remember anything lately", None),
+        ("remember that time we went to the beach", None),
+        ("remember I told you about my dad?", None),
+        ("do you remember what I said?", None),
+        ("remember when we talked about exams", None),
+        ("from now on I'm going to go running every morning", None),
+        ("my mum always says remember who you are", None),
+        ("remember to breathe", None),
+    ];
+    for (message, want) in cases {
+        assert_eq!(parse_save(message), want, "{message}");
+    }
+}
+
+#[test]
+fn questions_about_what_is_saved_list_or_find() {
+    let find = |q: &str| Some(MemoryAction::Find { query: q.into() });
+    let cases: Vec<(&str, Option<MemoryAction>)> = vec![
+        (
+            "what is saved in memory about me?",
+            Some(MemoryAction::List),
+        ),
+        ("what's saved?", Some(MemoryAction::List)),
+        (
+            "ok so what do you remember about me so far",
+            Some(MemoryAction::List),
+        ),
+        ("what do you remember about my sister?", find("my sister")),
+        ("What have you saved about work", find("work")),
+        ("what do you know about panic attacks?", None),
+        ("I wonder what is saved on my old phone", None),
+    ];
+    for (message, want) in cases {
+        assert_eq!(parse_find(message), want, "{message}");
+    }
+}
+
+#[test]
+fn undo_requests_are_short_and_plain() {
+    for yes in [
+        "forget that",
+        "No wait, forget that!",
+        "undo",
+        "scratch that",
+        "actually, don't save that please",
+    ] {
+        assert!(is_undo_request(yes), "{yes}");
+    }
+    for no in [
+        "forget that my sister is called Sarah",
+        "I want to forget that day",
+        "that",
+        "don't forget that",
+    ] {
+        assert!(!is_undo_request(no), "{no}");
+    }
+}
+
+#[test]
+fn confirmations_address_the_person() {
+    let cases = [
+        ("my sister is called Sarah", "your sister is called Sarah"),
+        ("I'm vegetarian", "you're vegetarian"),
+        ("I am allergic to nuts", "you are allergic to nuts"),
+        (
+            "I told you about me, myself and mine.",
+            "you told me about you, yourself and yours.",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(second_person(text), want, "{text}");
+    }
+}
+
+#[tokio::test]
+async fn explicit_facts_are_saved_at_once_and_undone_exactly() {
+    let (svc, b) = seeded().await;
+    let before = active_facts(b.as_ref(), "u").await.unwrap().len();
+    let o = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SaveFact {
+                fact_text: "my exam is on Friday".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(o.side_effect);
+    assert_eq!(o.reply, "I'll remember that your exam is on Friday.");
+    let saved = active_facts(b.as_ref(), "u").await.unwrap();
+    assert_eq!(saved.len(), before + 1);
+    let new = saved.last().unwrap();
+    assert_eq!(new.evidence_quote, "my exam is on Friday");
+    assert_eq!(new.write_timing, WriteTiming::Immediate);
+    assert_eq!(new.write_reason, "explicit_user_request");
+    // The same words again are not saved twice.
+    let again = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SaveFact {
+                fact_text: "My exam is on Friday.".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!again.side_effect && again.undo.is_none());
+    // The undo deletes exactly the saved item.
+    let target = o.undo.expect("undo target");
+    let u = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::UndoSave { target },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(u.side_effect);
+    assert_eq!(active_facts(b.as_ref(), "u").await.unwrap().len(), before);
+    // A painful self-belief is not kept as a fact; incognito saves nothing.
+    let fragile = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SaveFact {
+                fact_text: "I'm a failure".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!fragile.side_effect && fragile.undo.is_none());
+    let incognito = svc
+        .handle(
+            &ctx(MemoryMode::Incognito),
+            MemoryAction::SaveFact {
+                fact_text: "my exam is on Friday".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(incognito.reply, INCOGNITO_SAVE_REPLY);
+    assert_eq!(active_facts(b.as_ref(), "u").await.unwrap().len(), before);
+}

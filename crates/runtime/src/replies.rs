@@ -1,0 +1,145 @@
+//! Reply wording of the runtime's own deterministic turns, as data
+//! (`data/replies.toml`, embedded at build time).
+
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+
+const REPLIES_TOML: &str = include_str!("../data/replies.toml");
+
+/// The wording of memory-control replies.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryReplies {
+    /// Follows the confirmation of an explicit save (the first one the
+    /// reply before did not use).
+    pub undo_hints: Vec<String>,
+    /// A second memory request in incognito, right after the first.
+    pub incognito_again: String,
+    /// A saved preference (`{rule}`).
+    pub rule_saved: String,
+    /// A saved preference that replaced an earlier one (`{old}`).
+    pub rule_replaced: String,
+    /// Help when a memory request is not understood.
+    pub help: String,
+}
+
+/// The wording added to a goodbye's closing reply.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClosingReplies {
+    /// The suggestion to end the session.
+    pub end_session: String,
+    /// The same on Telegram (its /end command).
+    pub end_session_telegram: String,
+}
+
+impl ClosingReplies {
+    /// The suggestion to end the session, suited to `channel`.
+    pub fn end_session_for(&self, channel: opencouch_core::Channel) -> &str {
+        match channel {
+            opencouch_core::Channel::Telegram => &self.end_session_telegram,
+            _ => &self.end_session,
+        }
+    }
+}
+
+/// The wording of leaving an exercise before its end.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExerciseReplies {
+    /// Leaving (`{exercise}`).
+    pub leave: String,
+    /// Leaving after it helped (`{exercise}`).
+    pub leave_helped: String,
+    /// Words that say it helped (lower case).
+    pub helped_words: Vec<String>,
+}
+
+/// The wording of the turn that closes a crisis episode.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryReplies {
+    /// A warm check of next steps (one is chosen by turn).
+    pub next_steps: Vec<String>,
+}
+
+/// Every reply text of the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replies {
+    pub memory: MemoryReplies,
+    pub closing: ClosingReplies,
+    pub recovery: RecoveryReplies,
+    pub exercise: ExerciseReplies,
+}
+
+/// Parses a replies file.
+///
+/// # Errors
+/// The TOML does not have the expected shape.
+pub fn parse(text: &str) -> Result<Replies, toml::de::Error> {
+    toml::from_str(text)
+}
+
+/// The embedded replies. The file is checked by a test; a file that does
+/// not parse (a broken build) is logged and English defaults are used.
+pub fn replies() -> &'static Replies {
+    static R: LazyLock<Replies> = LazyLock::new(|| {
+        parse(REPLIES_TOML).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "embedded replies failed to parse");
+            Replies {
+                memory: MemoryReplies {
+                    undo_hints: vec!["Say \"forget that\" to undo.".into()],
+                    incognito_again: "Memory is still off.".into(),
+                    rule_saved: "I'll remember that {rule}".into(),
+                    rule_replaced: "(This replaces: {old})".into(),
+                    help: "I can show, save or forget what I remember.".into(),
+                },
+                closing: ClosingReplies {
+                    end_session: "You can end the session whenever you're ready.".into(),
+                    end_session_telegram: "Send /end to end the session.".into(),
+                },
+                recovery: RecoveryReplies {
+                    next_steps: vec!["What feels like the next step for you tonight?".into()],
+                },
+                exercise: ExerciseReplies {
+                    leave: "Of course, we can leave {exercise} here.".into(),
+                    leave_helped: "I'm glad {exercise} helped.".into(),
+                    helped_words: vec!["helped".into()],
+                },
+            }
+        })
+    });
+    &R
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_replies_parse_and_name_their_values() {
+        let r = parse(REPLIES_TOML).expect("replies.toml parses");
+        assert!(r.memory.rule_saved.contains("{rule}"));
+        assert!(r.memory.rule_replaced.contains("{old}"));
+        assert!(
+            r.memory
+                .undo_hints
+                .iter()
+                .all(|h| h.contains("forget that"))
+        );
+        assert!(
+            r.memory.undo_hints.len() >= 2,
+            "consecutive saves vary the hint"
+        );
+        assert!(r.exercise.leave.contains("{exercise}"));
+        assert!(r.exercise.leave_helped.contains("{exercise}"));
+        assert!(r.exercise.leave_helped.contains("glad"));
+        assert!(!r.memory.help.trim().is_empty());
+        assert!(r.closing.end_session.contains("end the session"));
+        assert!(r.closing.end_session_telegram.contains("/end"));
+        assert!(!r.recovery.next_steps.is_empty());
+        assert!(r.recovery.next_steps.iter().all(|s| s.contains('?')));
+    }
+}

@@ -31,6 +31,7 @@ mod fallback;
 pub mod gate;
 pub mod intent;
 pub mod memory;
+mod memory_undo;
 mod owner_data;
 pub mod plan;
 mod policy_model;

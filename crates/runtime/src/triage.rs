@@ -366,7 +366,7 @@ pub async fn decide(
         history,
         exercise_active: state.exercise_state.is_some(),
         pending_memory_action: state.pending_memory_action.as_ref(),
-        undo_available: crate::memory::undo_offer(state).is_some(),
+        undo_available: crate::memory_undo::undo_offer(state).is_some(),
     };
     let rules = deterministic(ctx, message);
     let decision = match port.get() {

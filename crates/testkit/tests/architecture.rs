@@ -755,6 +755,8 @@ mod seam {
                 "hex",
                 "uuid",
                 "getrandom",
+                // The reply wording and summary topics are embedded data files.
+                "toml",
             ],
         ),
         (

@@ -7,6 +7,15 @@ use super::action::{MemoryAction, PendingAction, TargetKind};
 use crate::lexicon::{contains_phrase, fold, lexicon};
 use crate::text::meaningful_set;
 
+/// Words that open a request addressed to the assistant ("keep answers
+/// short", "call me Sam"): such a preference reads "You prefer that I …".
+pub(super) const IMPERATIVE_OPENERS: &[&str] = &[
+    "always", "answer", "ask", "avoid", "be", "bring", "call", "check", "do", "don't", "dont",
+    "explain", "focus", "give", "go", "help", "keep", "let", "mention", "never", "offer", "remind",
+    "reply", "respond", "say", "share", "show", "skip", "speak", "stay", "stop", "suggest", "talk",
+    "tell", "try", "use", "write",
+];
+
 fn clean(message: &str) -> String {
     let f = fold(message);
     let t = f.trim().trim_end_matches(['.', '!', '?', ' ']).trim();
@@ -227,9 +236,7 @@ fn preference_body(body: &str) -> Option<&str> {
         });
     }
     let first = body.split([' ', ',']).next().unwrap_or_default();
-    super::service::IMPERATIVE_OPENERS
-        .contains(&first)
-        .then_some(body)
+    IMPERATIVE_OPENERS.contains(&first).then_some(body)
 }
 
 /// Reads one sentence as an explicit request to remember something.

@@ -14,7 +14,7 @@ use super::action::{
     ControlContext, ControlError, ControlOutcome, DeleteTarget, GUEST_MODE_REPLY,
     INCOGNITO_SAVE_REPLY, MemoryAction, MemorySnapshot, PendingAction, PendingChange, TargetKind,
 };
-use super::parse::second_person;
+use super::parse::{IMPERATIVE_OPENERS, second_person};
 use crate::assist::{PolicyModel, validate_preference_rule};
 use crate::backend::{
     MemoryError, PROFILE_RECORD_ID, active_facts, fact_record, load_profile, save_profile, upsert,
@@ -111,15 +111,6 @@ fn explicit_fact(words: &str) -> Result<NewFact, ControlError> {
 
 /// Maximum options offered for one query.
 pub const MAX_DELETE_OPTIONS: usize = 5;
-
-/// Words that open a request addressed to the assistant ("keep answers
-/// short", "call me Sam"): such a preference reads "You prefer that I …".
-pub(super) const IMPERATIVE_OPENERS: &[&str] = &[
-    "always", "answer", "ask", "avoid", "be", "bring", "call", "check", "do", "don't", "dont",
-    "explain", "focus", "give", "go", "help", "keep", "let", "mention", "never", "offer", "remind",
-    "reply", "respond", "say", "share", "show", "skip", "speak", "stay", "stop", "suggest", "talk",
-    "tell", "try", "use", "write",
-];
 
 /// Normalizes a preference into a second-person rule, deterministically:
 /// "short answers" → "You prefer short answers."; a request to the

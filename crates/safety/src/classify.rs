@@ -425,7 +425,15 @@ pub fn classify_normalized(
     // A denial ("i'm not suicidal", "i would never") is the rules' to read
     // too: the learned layer must not turn "i'm tired. i'm not suicidal"
     // into a question about suicide.
-    let benign = ctx.current.grammar.benign_purpose
+    // Leaving an exercise or the conversation in ordinary words ("ok i'm
+    // done for now, see you") is the rules' to read, unless the message or
+    // the conversation holds risk.
+    let ordinary_exit = ctx.current.raw.has(Family::OrdinaryExit)
+        && !has_risk(ctx.current.risk)
+        && !ctx.prior_explicit
+        && !ctx.current.grammar.risk_anchor;
+    let benign = ordinary_exit
+        || ctx.current.grammar.benign_purpose
         || ctx.current.raw.has(Family::BenignPlanningSafe)
         || ctx.current.raw.has(Family::IdiomSafe)
         || ctx.current.raw.has(Family::Negation)

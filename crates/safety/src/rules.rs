@@ -51,11 +51,15 @@ pub enum Family {
     Continuation,
     /// "I'm going to do it tonight": imminent when earlier risk exists.
     ImminentContinuation,
+    /// Leaving an activity or a conversation in ordinary words ("done for
+    /// now", "let's stop here", "talk tomorrow"): the learned layer stays
+    /// out of such a message when nothing else in it or before it is risk.
+    OrdinaryExit,
 }
 
 impl Family {
     /// All families, in bit order.
-    pub const ALL: [Family; 18] = [
+    pub const ALL: [Family; 19] = [
         Family::Imminent,
         Family::ClearSelfHarm,
         Family::Ambiguous,
@@ -74,6 +78,7 @@ impl Family {
         Family::SafetyUnsure,
         Family::Continuation,
         Family::ImminentContinuation,
+        Family::OrdinaryExit,
     ];
 
     /// The name used in the data file and in `matched_families`.
@@ -97,6 +102,7 @@ impl Family {
             Family::SafetyUnsure => "safety_unsure",
             Family::Continuation => "continuation",
             Family::ImminentContinuation => "imminent_continuation",
+            Family::OrdinaryExit => "ordinary_exit",
         }
     }
 

@@ -326,7 +326,7 @@ fn memory_help() -> String {
     crate::replies::replies().memory.help.clone()
 }
 
-pub use crate::memory_undo::{UNDO_KEY, undo_offer};
+use crate::memory_undo::{UNDO_KEY, undo_offer};
 
 /// The chat confirmation of an explicit save, with its undo hint.
 fn save_confirmation(o: &opencouch_memory::control::ControlOutcome, previous: &str) -> String {

@@ -5,11 +5,11 @@
 /// The key of the session progress that holds the undo offer of the last
 /// explicit save: the item and the turn count at which "forget that" may
 /// still undo it (the very next turn).
-pub const UNDO_KEY: &str = "memory_undo";
+pub(crate) const UNDO_KEY: &str = "memory_undo";
 
 /// The item a "forget that" on this turn would undo: the explicit save of
 /// the turn just before, if there was one.
-pub fn undo_offer(
+pub(crate) fn undo_offer(
     state: &opencouch_core::ThreadState,
 ) -> Option<opencouch_memory::control::DeleteTarget> {
     let v = state.session_progress.extra.get(UNDO_KEY)?;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 const REPLIES_TOML: &str = include_str!("../data/replies.toml");
 
 /// The wording of memory-control replies.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryReplies {
     /// Follows the confirmation of an explicit save (the first one the
@@ -25,7 +25,7 @@ pub struct MemoryReplies {
 }
 
 /// The wording added to a goodbye's closing reply.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClosingReplies {
     /// The suggestion to end the session.
@@ -45,7 +45,7 @@ impl ClosingReplies {
 }
 
 /// The wording of leaving an exercise before its end.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExerciseReplies {
     /// Leaving (`{exercise}`).
@@ -57,7 +57,7 @@ pub struct ExerciseReplies {
 }
 
 /// The wording of the turn that closes a crisis episode.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryReplies {
     /// A warm check of next steps (one is chosen by turn).
@@ -65,7 +65,7 @@ pub struct RecoveryReplies {
 }
 
 /// Every reply text of the file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Replies {
     pub memory: MemoryReplies,
@@ -82,33 +82,23 @@ pub fn parse(text: &str) -> Result<Replies, toml::de::Error> {
     toml::from_str(text)
 }
 
-/// The embedded replies. The file is checked by a test; a file that does
-/// not parse (a broken build) is logged and English defaults are used.
+/// Parses the embedded replies: a start-up check
+/// ([`crate::check_embedded_data`]).
+///
+/// # Errors
+/// The embedded file does not have the expected shape.
+pub fn check() -> Result<(), toml::de::Error> {
+    parse(REPLIES_TOML).map(drop)
+}
+
+/// The embedded replies. The file is checked at start-up and by a test; a
+/// file that did not parse (a broken build that skipped the check) is
+/// logged and every text is empty.
 pub fn replies() -> &'static Replies {
     static R: LazyLock<Replies> = LazyLock::new(|| {
         parse(REPLIES_TOML).unwrap_or_else(|e| {
             tracing::error!(error = %e, "embedded replies failed to parse");
-            Replies {
-                memory: MemoryReplies {
-                    undo_hints: vec!["Say \"forget that\" to undo.".into()],
-                    incognito_again: "Memory is still off.".into(),
-                    rule_saved: "I'll remember that {rule}".into(),
-                    rule_replaced: "(This replaces: {old})".into(),
-                    help: "I can show, save or forget what I remember.".into(),
-                },
-                closing: ClosingReplies {
-                    end_session: "You can end the session whenever you're ready.".into(),
-                    end_session_telegram: "Send /end to end the session.".into(),
-                },
-                recovery: RecoveryReplies {
-                    next_steps: vec!["What feels like the next step for you tonight?".into()],
-                },
-                exercise: ExerciseReplies {
-                    leave: "Of course, we can leave {exercise} here.".into(),
-                    leave_helped: "I'm glad {exercise} helped.".into(),
-                    helped_words: vec!["helped".into()],
-                },
-            }
+            Replies::default()
         })
     });
     &R

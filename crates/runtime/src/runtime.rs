@@ -287,9 +287,10 @@ impl Runtime {
                 Runtime::persistent(open_stores(settings).await?, model, opts)
             }
         };
-        // The crisis gate's rule data and learned layer are embedded: a
-        // failure to load them is a start-up error, not a quieter gate.
-        opencouch_safety::check_data().map_err(|e| RuntimeError::Data(e.to_string()))?;
+        // The crisis gate's rule data and learned layer, the prompts, the
+        // exercises and the reply wording are embedded: a failure to load
+        // them is a start-up error, not a quieter gate.
+        check_embedded_data()?;
         // The local embedding model serves memory retrieval only (checked
         // here, loaded on the first turn that retrieves).
         Ok(match crate::embeddings::from_settings(settings) {
@@ -357,12 +358,14 @@ impl Runtime {
     }
 }
 
-/// Checks every embedded data file (crisis rules and directory, prompts,
-/// exercises) once; a broken build refuses to start instead of degrading.
+/// Checks every embedded data file (crisis gate, crisis texts, reply
+/// wording and summary topics, prompts, exercises) once; a broken build refuses to start instead of degrading.
 pub fn check_embedded_data() -> Result<(), RuntimeError> {
-    opencouch_safety::rules::rules().map_err(|e| RuntimeError::Data(e.to_string()))?;
-    opencouch_safety::resources::directory().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    opencouch_safety::check_data().map_err(|e| RuntimeError::Data(e.to_string()))?;
     opencouch_safety::plan::load_plan_texts().map_err(|e| RuntimeError::Data(e.to_string()))?;
+    crate::replies::check().map_err(|e| RuntimeError::Data(format!("replies.toml: {e}")))?;
+    crate::summary::check_topics()
+        .map_err(|e| RuntimeError::Data(format!("summary_topics.toml: {e}")))?;
     opencouch_prompts::check_data().map_err(|e| RuntimeError::Data(e.to_string()))?;
     opencouch_exercises::check_builtin_data().map_err(RuntimeError::Data)?;
     Ok(())
@@ -392,7 +395,7 @@ pub fn model_from_settings(
 }
 
 /// A byte cap from the settings (validated to at most 256 MiB) as a `usize`.
-pub(crate) fn cap_bytes(v: u64) -> usize {
+fn cap_bytes(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 

@@ -43,6 +43,15 @@ struct Topic {
     keywords: Vec<String>,
 }
 
+/// Parses the embedded summary topics: a start-up check
+/// ([`crate::check_embedded_data`]).
+///
+/// # Errors
+/// The embedded file does not have the expected shape.
+pub(crate) fn check_topics() -> Result<(), toml::de::Error> {
+    toml::from_str::<TopicFile>(TOPICS_TOML).map(drop)
+}
+
 fn topics() -> &'static [Topic] {
     static T: std::sync::LazyLock<Vec<Topic>> = std::sync::LazyLock::new(|| {
         toml::from_str::<TopicFile>(TOPICS_TOML)

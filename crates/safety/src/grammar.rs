@@ -1562,6 +1562,28 @@ mod tests {
     }
 
     #[test]
+    fn every_weak_resolution_is_a_resolution() {
+        // `resolve_weak` only narrows entries of `resolve` (equal entries
+        // merge their tags); a word only in the weak class would be no
+        // resolution at all.
+        let raw: RawGrammar = toml::from_str(GRAMMAR_TOML).expect("grammar parses");
+        let words = |tag: &str| -> Vec<String> {
+            raw.class
+                .iter()
+                .filter(|c| c.tag == tag)
+                .flat_map(|c| c.words.clone())
+                .collect()
+        };
+        let strong = words("resolve");
+        for w in words("resolve_weak") {
+            assert!(
+                strong.contains(&w),
+                "{w:?} is in resolve_weak but not in resolve"
+            );
+        }
+    }
+
+    #[test]
     fn rule_table() {
         let cases: &[(&str, &[&str])] = &[
             ("took 30 pills an hour ago", &["completed_ingestion"]),

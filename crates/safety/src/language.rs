@@ -66,8 +66,9 @@ impl Lang {
         info(self).map_or(&[], |i| i.function_words.as_slice())
     }
 
-    fn index(self) -> usize {
-        Lang::ALL.iter().position(|l| *l == self).unwrap_or(0)
+    /// Position in [`Lang::ALL`] (the declaration order).
+    const fn index(self) -> usize {
+        self as usize
     }
 }
 

@@ -1,11 +1,19 @@
 //! Developer loop for the deterministic gate without building the CLI:
 //! `cargo run --release -p opencouch-safety --example eval -- FILE FORMAT`
 //! prints the same report as `opencouch eval crisis` (deterministic mode).
+//! `--rules-only` turns the learned layer off; `--show-text` prints each
+//! escalated or missed message with its id, layer and signals (for reading
+//! kinds of errors on the developer's own machine; never copy the rows).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let rules_only = all.iter().any(|a| a == "--rules-only");
+    let show_text = all.iter().any(|a| a == "--show-text");
+    let args: Vec<&String> = all.iter().filter(|a| !a.starts_with("--")).collect();
     let (Some(path), Some(format)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: eval FILE jsonl|twitter|kaggle|dreaddit");
+        eprintln!(
+            "usage: eval FILE jsonl|twitter|kaggle|dreaddit|esconv [--rules-only] [--show-text]"
+        );
         std::process::exit(2);
     };
     let format: opencouch_safety::eval::DataFormat = format.parse()?;
@@ -21,7 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut misses = opencouch_safety::eval::MissReport::default();
     let started = std::time::Instant::now();
     for case in &cases {
-        let c = opencouch_safety::classify(&case.history, &case.message);
+        let opts = opencouch_safety::GateOptions {
+            learned: !rules_only,
+        };
+        let c = opencouch_safety::classify_with(&case.history, &case.message, opts);
         let level = c.assessment.level.get();
         report.add(case.gold, level);
         let signals: Vec<&str> = c
@@ -30,6 +41,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .chain(c.constructs.iter())
             .copied()
             .collect();
+        if show_text {
+            use opencouch_safety::eval::Gold;
+            let (gold_high, gold_low) = match case.gold {
+                Gold::Level(g) => (g >= 2, g == 0),
+                // Bit l set = level l accepted.
+                Gold::LevelIn(bits) => (bits & 0b0011 == 0, bits & 0b1100 == 0),
+                Gold::Binary(b) => (b, !b),
+                Gold::Unlabeled => (false, false),
+            };
+            if (gold_low && level >= 2) || (gold_high && level < 2) {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    case.id,
+                    level,
+                    c.layer.as_str(),
+                    signals.join(","),
+                    case.message.replace('\n', " ")
+                );
+            }
+        }
         misses.record(case, level, c.layer.as_str(), &signals);
     }
     println!(

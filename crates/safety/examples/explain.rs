@@ -9,7 +9,7 @@ fn explain(msg: &str) {
     let n = opencouch_safety::normalize(msg);
     let g = opencouch_safety::grammar::analyze(&n);
     println!(
-        "{} [{}] families={:?} constructs={:?} cues(time={},resolve={},means={}) strip={:?}\n    {}",
+        "{} [{}] families={:?} constructs={:?} cues(time={},resolve={},means={}) anchor={}/{} learned={:?} strip={:?}\n    {}",
         c.assessment.level.get(),
         c.layer.as_str(),
         c.matched_families,
@@ -17,6 +17,9 @@ fn explain(msg: &str) {
         g.time_cue,
         g.resolve_cue,
         g.means_cue,
+        g.risk_anchor,
+        g.learned_anchor,
+        c.learned.map(|s| (s.level, s.p_flag, s.p_escalate)),
         g.strip_spans,
         msg
     );

@@ -411,12 +411,13 @@ pub fn classify_normalized(
         || *learned_cell.get_or_init(|| learned_gate.map(|g| g.score(&ctx.current.own_text)));
     let mut c = classify_rules(r, history, &ctx, &learned);
     // The learned layer may say 2 only where the message (or the recent
-    // conversation) anchors risk: an act, a means, a lethal place or death
-    // named by the speaker, any risk family, or earlier explicit risk.
+    // conversation) anchors risk: an act or death named by the speaker, a
+    // means or lethal place with what makes it risky (held, an amount, a
+    // time, an intent), any risk family, or earlier explicit risk.
     // Without an anchor ("i'm going to do it tonight" out of the blue) it
     // asks the safety question instead.
     let anchored =
-        ctx.current.grammar.risk_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
+        ctx.current.grammar.learned_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
     let long_enough = anchored
         || ctx.current.own_text.split_whitespace().count() >= crate::learned::MIN_TOKENS_UNANCHORED;
     // Where the rules recognised an ordinary purpose (a dose on the label,
@@ -577,6 +578,19 @@ fn classify_rules(
             );
         }
         let risk_question = check.has(Family::SafetyCheckRisk);
+        // "I have in the past. Recently, no.": past risk, denied now. The
+        // safety question stays open (1) instead of a crisis reply.
+        if risk_question && a.raw.has(Family::SafetyAffirm) && a.raw.has(Family::Recovery) {
+            families.push("answer:past_only");
+            return out(
+                CrisisLevel::AMBIGUOUS,
+                Confidence::Medium,
+                "User said the thoughts were in the past, not now.",
+                None,
+                families,
+                Layer::SafetyAnswer,
+            );
+        }
         if risk_question && a.raw.has(Family::SafetyAffirm) && !denial {
             families.push("answer:affirm");
             return out(

@@ -278,6 +278,15 @@ pub struct GrammarReport {
     /// tonight" alone has none, "the knife is in my hand, i'm going to do it"
     /// has one).
     pub risk_anchor: bool,
+    /// A stricter anchor for the learned layer's level 2: one of the
+    /// speaker's own clauses names, outside a negation, an act, death or a
+    /// lethal site, or names a means, a lethal place or a lethal question
+    /// word *together with* what makes it risky (holding or having it, an
+    /// amount, a time, an intent, a wish, resolve, preparation, another
+    /// means or act). A means or a word like "painful" on its own ("it's in
+    /// a building", "a sleeping pill for my insomnia", "ah, it is painful")
+    /// is not enough for a bag of n-grams to call it an emergency.
+    pub learned_anchor: bool,
     /// One of the clauses names an ordinary purpose the grammar knows (a
     /// dose on the label, a sport, cooking, sightseeing, an accident): the
     /// learned layer leaves such a message to the rules.
@@ -582,7 +591,40 @@ fn tokenize(text: &str, out: &mut Vec<Token>) -> bool {
         }
         i += 1;
     }
+    mark_quantified_subjects(text, out);
     question
+}
+
+/// "… sleep meds all of them are over the counter": a quantifier followed
+/// by a verb of being is the subject of a new clause, not the object of
+/// the verb before it ("i took all of them" keeps it as an object).
+fn mark_quantified_subjects(text: &str, tokens: &mut [Token]) {
+    const PRONOUNS: &[&str] = &["them", "these", "those", "it", "us"];
+    const BEING: &[&str] = &[
+        "are", "were", "is", "was", "seem", "seemed", "look", "looked", "have", "had", "come",
+        "came",
+    ];
+    // "… all of them are gone": still the taking, told from its end.
+    const TAKEN: &[&str] = &[
+        "gone",
+        "in",
+        "inside",
+        "empty",
+        "down",
+        "taken",
+        "swallowed",
+    ];
+    let word = |t: &Token| &text[t.start as usize..t.end as usize];
+    for i in 0..tokens.len().saturating_sub(3) {
+        if word(&tokens[i]) == "all"
+            && word(&tokens[i + 1]) == "of"
+            && one_of(PRONOUNS, word(&tokens[i + 2]))
+            && one_of(BEING, word(&tokens[i + 3]))
+            && !tokens.get(i + 4).is_some_and(|t| one_of(TAKEN, word(t)))
+        {
+            tokens[i].clause_start = true;
+        }
+    }
 }
 
 // ---------------------------------------------------------------- analysis
@@ -783,6 +825,102 @@ const ANCHORS: Tags = Tags::of(&[
     Tag::Bleed,
     Tag::LethalQ,
 ]);
+
+/// Anchors that are enough on their own for [`GrammarReport::learned_anchor`].
+const STRONG_ANCHORS: Tags = Tags::of(&[
+    Tag::ActHang,
+    Tag::ActShoot,
+    Tag::ActEnd,
+    Tag::Overdose,
+    Tag::Noose,
+    Tag::LethalSite,
+    Tag::Death,
+]);
+/// What turns a means, a place or a lethal-question word into an anchor for
+/// [`GrammarReport::learned_anchor`] anywhere in the message: holding it,
+/// an amount, a completed taking, preparation, a symptom. Everyday verbs of
+/// the act classes ("take", "cut") are not in it: "i hate taking meds"
+/// names a routine, not a risk.
+const MESSAGE_COMPANIONS: Tags = Tags::of(&[
+    Tag::Possess,
+    Tag::AtHand,
+    Tag::QtyAll,
+    Tag::QtyWord,
+    Tag::QtyMid,
+    Tag::Ingested,
+    Tag::FinalPrep,
+    Tag::Prepared,
+    Tag::Posture,
+    Tag::Symptom,
+]);
+/// Companions that count only in the anchor's own sentence: a wish, an
+/// intent or a moment is everywhere in ordinary speech ("i want to get
+/// better at picking clothes").
+const SENTENCE_COMPANIONS: Tags = Tags::of(&[
+    Tag::ActJump,
+    Tag::ActDoIt,
+    Tag::TimeNear,
+    Tag::Intent,
+    Tag::Desire,
+    Tag::Resolve,
+    Tag::Release,
+]);
+
+/// Whether the speaker's clauses anchor risk strongly enough for the
+/// learned layer to say 2 (see [`GrammarReport::learned_anchor`]): one
+/// clause with a strong anchor, or a clause with a means, a lethal place or
+/// a lethal-question word and, in the same message, two different anchor
+/// kinds ("are sleeping pills painful", "a blade on my wrist"), a taking
+/// told as done ("i took the pills") or a companion ("all of them", "in my hand", "feel sleepy"; in the anchor's
+/// own sentence also "tonight", "this is it", "i want to").
+fn learned_anchor(clauses: &[Clause], sentences: &[Sentence]) -> bool {
+    // A lethal-question word ("painful", "quick", "hurt") asks only in a
+    // question: "ah, it is painful" asks nothing.
+    let asks = |s: usize| sentences.get(s).is_some_and(|s| s.question);
+    let own = || {
+        clauses
+            .iter()
+            .filter(|c| c.person == Person::Speaker)
+            .map(|c| {
+                let mut t = Tags(c.tags.0 & !c.negated.0);
+                if !asks(c.sentence) {
+                    t.0 &= !Tag::LethalQ.bit();
+                }
+                // "i have taken sleep meds": "have" is the perfect's
+                // auxiliary there, not possession.
+                if t.has(Tag::Possess) && t.has(Tag::PastForm) {
+                    t.insert(Tag::Perfect);
+                }
+                if t.has(Tag::Perfect) {
+                    t.0 &= !Tag::Possess.bit();
+                }
+                (c.sentence, t)
+            })
+    };
+    if own().any(|(_, t)| t.any(STRONG_ANCHORS)) {
+        return true;
+    }
+    let weak = own().fold(0u128, |acc, (_, t)| acc | (t.0 & ANCHORS.0));
+    if weak == 0 {
+        return false;
+    }
+    if weak.count_ones() >= 2 {
+        return true;
+    }
+    // "i took the pills", "i've just taken them": a taking told as done.
+    // The present perfect of a habit ("i have taken sleep meds") is not.
+    let anchored_sentences: Vec<usize> = own()
+        .filter(|(_, t)| t.any(ANCHORS))
+        .map(|(s, _)| s)
+        .collect();
+    own().any(|(s, t)| {
+        t.any(MESSAGE_COMPANIONS)
+            || (t.has(Tag::ActIngest)
+                && t.has(Tag::PastForm)
+                && (!t.has(Tag::Perfect) || t.has(Tag::TimeDone)))
+            || (t.any(SENTENCE_COMPANIONS) && anchored_sentences.contains(&s))
+    })
+}
 
 /// "4am", "10pm", "14th", "3rd": a clock time or a day of the month.
 fn is_clock_or_date(word: &str) -> bool {
@@ -1056,6 +1194,7 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
     report.risk_anchor = clauses
         .iter()
         .any(|c| c.person == Person::Speaker && Tags(c.tags.0 & !c.negated.0).any(ANCHORS));
+    report.learned_anchor = learned_anchor(&clauses, &sentences);
     apply_rules(&clauses, &sentences, &mut report);
     strip_spans(text, &clauses, &sentences, &mut report);
     report
@@ -1655,5 +1794,30 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn a_means_or_a_lethal_question_word_alone_does_not_anchor_the_learned_layer() {
+        let anchored = |m: &str| analyze(&crate::normalize(m)).learned_anchor;
+        for m in [
+            "ah, it is painful",
+            "yes it does hurt when they laugh at me",
+            "my office is in a building where i'm alone all day",
+            "it's an antidepressant and a sleeping pill for the insomnia",
+            "i have taken sleep meds for years",
+            "i know time will heal but it is painful",
+        ] {
+            assert!(!anchored(m), "{m:?} should not anchor");
+        }
+        for m in [
+            "i want to die",
+            "are sleeping pills painful?",
+            "i already took the pills. all of them",
+            "i have the pills in my hand",
+            "on the roof of my building. nobody knows i am up here",
+            "the pills are in me now, feel sleepy",
+        ] {
+            assert!(anchored(m), "{m:?} should anchor");
+        }
     }
 }

@@ -909,16 +909,18 @@ fn learned_anchor(clauses: &[Clause], sentences: &[Sentence]) -> bool {
     }
     // "i took the pills", "i've just taken them": a taking told as done.
     // The present perfect of a habit ("i have taken sleep meds") is not.
-    let anchored_sentences: Vec<usize> = own()
+    // Sentences holding an anchor (bit per sentence; later ones share the
+    // last bit, which can only make a long post more anchored).
+    let bit = |s: usize| 1u64 << s.min(63);
+    let anchored_sentences = own()
         .filter(|(_, t)| t.any(ANCHORS))
-        .map(|(s, _)| s)
-        .collect();
+        .fold(0u64, |acc, (s, _)| acc | bit(s));
     own().any(|(s, t)| {
         t.any(MESSAGE_COMPANIONS)
             || (t.has(Tag::ActIngest)
                 && t.has(Tag::PastForm)
                 && (!t.has(Tag::Perfect) || t.has(Tag::TimeDone)))
-            || (t.any(SENTENCE_COMPANIONS) && anchored_sentences.contains(&s))
+            || (t.any(SENTENCE_COMPANIONS) && anchored_sentences & bit(s) != 0)
     })
 }
 

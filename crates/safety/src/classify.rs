@@ -410,6 +410,41 @@ pub fn classify_normalized(
     let learned =
         || *learned_cell.get_or_init(|| learned_gate.map(|g| g.score(&ctx.current.own_text)));
     let mut c = classify_rules(r, history, &ctx, &learned);
+    // Being away, said softly ("i won't be around next week"), is risk only
+    // with risk beside it: when the message without that phrase holds no
+    // risk at all (level 0, no construct) and nothing explicit came before, it is the safety question
+    // (1), or nothing (0) with an ordinary reason (a vacation, an
+    // appointment). The learned layer may not take it back to 2.
+    let mut soft_absence = false;
+    if c.assessment.level >= CrisisLevel::EXPLICIT
+        && !ctx.prior_explicit
+        && ctx.current.raw.has(Family::SoftAbsence)
+    {
+        let without = Normalized::new(&r.without_soft_absence(message.as_str()));
+        let rest_ctx = context(r, history, &without);
+        let rest = classify_rules(r, history, &rest_ctx, &|| None);
+        let rest_clean = rest.assessment.level == CrisisLevel::NONE
+            && rest.constructs.is_empty()
+            && !rest_ctx.current.grammar.risk_anchor
+            && !rest_ctx.current.grammar.means_cue
+            && !has_risk(rest_ctx.current.risk);
+        if rest_clean {
+            soft_absence = true;
+            let (level, reason) = if ctx.current.raw.has(Family::AbsenceReason) {
+                (
+                    CrisisLevel::NONE,
+                    "Being away for an ordinary reason, with no risk language.",
+                )
+            } else {
+                (
+                    CrisisLevel::AMBIGUOUS,
+                    "Being away, said with no other risk: asking a safety question.",
+                )
+            };
+            c.assessment = CrisisAssessment::new(level, Confidence::Medium, reason);
+            c.constructs.push("soft_absence");
+        }
+    }
     // The learned layer may say 2 only where the message (or the recent
     // conversation) anchors risk: an act or death named by the speaker, a
     // means or lethal place with what makes it risky (held, an amount, a
@@ -445,7 +480,7 @@ pub fn classify_normalized(
         && !benign
         && long_enough
         && let Some(score) = learned()
-        && let Ok(level) = CrisisLevel::new(if anchored {
+        && let Ok(level) = CrisisLevel::new(if anchored && !soft_absence {
             score.level
         } else {
             score.level.min(1)

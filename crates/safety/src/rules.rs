@@ -55,11 +55,17 @@ pub enum Family {
     /// now", "let's stop here", "talk tomorrow"): the learned layer stays
     /// out of such a message when nothing else in it or before it is risk.
     OrdinaryExit,
+    /// Being away, said softly ("i won't be around next week"): risk only
+    /// with risk beside it in the message or before it (issue 25).
+    SoftAbsence,
+    /// An ordinary reason for being away (a vacation, a trip, an
+    /// appointment): a soft absence with one is level 0.
+    AbsenceReason,
 }
 
 impl Family {
     /// All families, in bit order.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 21] = [
         Family::Imminent,
         Family::ClearSelfHarm,
         Family::Ambiguous,
@@ -79,6 +85,8 @@ impl Family {
         Family::Continuation,
         Family::ImminentContinuation,
         Family::OrdinaryExit,
+        Family::SoftAbsence,
+        Family::AbsenceReason,
     ];
 
     /// The name used in the data file and in `matched_families`.
@@ -103,6 +111,8 @@ impl Family {
             Family::Continuation => "continuation",
             Family::ImminentContinuation => "imminent_continuation",
             Family::OrdinaryExit => "ordinary_exit",
+            Family::SoftAbsence => "soft_absence",
+            Family::AbsenceReason => "absence_reason",
         }
     }
 
@@ -203,6 +213,7 @@ pub struct Rules {
     assistant_set: RegexSet,
     assistant_map: Vec<Family>,
     strip_re: Regex,
+    soft_absence_re: Regex,
     /// The families as loaded (for consistency tests and documentation).
     pub families: Vec<(Family, RawFamily)>,
     /// The multilingual additions (`data/families_intl.toml`), one entry per
@@ -235,6 +246,7 @@ struct Patterns {
     assistant: Vec<String>,
     assistant_map: Vec<Family>,
     strip: Vec<String>,
+    soft_absence: Vec<String>,
 }
 
 /// Parses one family file and adds its compiled-checked patterns to `pats`.
@@ -311,6 +323,9 @@ fn load_file(
                 if kind.strips() {
                     pats.strip.push(format!("(?:{src})"));
                 }
+                if kind == Family::SoftAbsence {
+                    pats.soft_absence.push(format!("(?:{src})"));
+                }
                 pats.user.push(src);
                 pats.user_map.push(kind);
             }
@@ -355,12 +370,17 @@ impl Rules {
             .dfa_size_limit(64 << 20)
             .build()
             .map_err(build_err)?;
+        let soft_absence_re = RegexBuilder::new(&pats.soft_absence.join("|"))
+            .unicode(false)
+            .build()
+            .map_err(build_err)?;
         Ok(Rules {
             user_set,
             user_map: pats.user_map,
             assistant_set,
             assistant_map: pats.assistant_map,
             strip_re,
+            soft_absence_re,
             families,
             intl,
         })
@@ -389,6 +409,17 @@ impl Rules {
     pub fn strip(&self, text: &str) -> String {
         String::from_utf8_lossy(&self.strip_re.replace_all(text.as_bytes(), &b" | "[..]))
             .into_owned()
+    }
+
+    /// `text` with the soft-absence phrases ("won't be around") removed, so
+    /// the gate can ask what the message says without them.
+    pub fn without_soft_absence(&self, text: &str) -> String {
+        String::from_utf8_lossy(
+            &self
+                .soft_absence_re
+                .replace_all(text.as_bytes(), &b" | "[..]),
+        )
+        .into_owned()
     }
 
     /// Whether any pattern of `family` matches `text` (normalized).

@@ -40,8 +40,31 @@ pub async fn run(_args: &TelegramArgs, settings: opencouch_config::Settings) -> 
         }
     };
     let name = me["username"].as_str().unwrap_or("your bot");
+    // Prometheus metrics on their own address, as with `serve`.
+    let metrics = match settings.metrics_listen.as_deref() {
+        Some(listen) => {
+            let addr = opencouch_server::parse_listen(listen)?;
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    host.shutdown().await;
+                    anyhow::bail!("could not listen on {addr} for metrics: {e}");
+                }
+            };
+            eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
+            Some(tokio::spawn(opencouch_server::serve_metrics_only(
+                host.service(),
+                listener,
+                std::future::pending(),
+            )))
+        }
+        None => None,
+    };
     eprintln!("Telegram bot @{name} is polling for messages (Ctrl-C to stop)");
     let result = bot.run_polling(opencouch_server::shutdown_signal()).await;
+    if let Some(task) = metrics {
+        task.abort();
+    }
     let report = host.shutdown().await;
     tracing::info!(
         unfinished_turns = report.unfinished_turns,

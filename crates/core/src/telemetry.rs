@@ -286,6 +286,14 @@ pub struct CallMetrics {
     pub first_token: BTreeMap<String, Histogram>,
     /// (tool, ok) → tool calls.
     pub tool_calls: BTreeMap<(String, bool), u64>,
+
+    /// (memory kind, operation `insert`/`update`/`delete`) → records
+    /// written to the memory store.
+    pub memory_writes: BTreeMap<(String, &'static str), u64>,
+    /// (reason `requested`/`expired`, memory mode) → sessions ended.
+    pub sessions_ended: BTreeMap<(&'static str, String), u64>,
+    /// Crisis-log append outcome (`captured`, `timeout`, `failed`) → appends.
+    pub crisis_log_writes: BTreeMap<&'static str, u64>,
 }
 
 static CALLS: Mutex<CallMetrics> = Mutex::new(CallMetrics {
@@ -294,7 +302,14 @@ static CALLS: Mutex<CallMetrics> = Mutex::new(CallMetrics {
     model_latency: BTreeMap::new(),
     first_token: BTreeMap::new(),
     tool_calls: BTreeMap::new(),
+    memory_writes: BTreeMap::new(),
+    sessions_ended: BTreeMap::new(),
+    crisis_log_writes: BTreeMap::new(),
 });
+
+/// Crisis-log appends running now (each is bounded; see the runtime's
+/// `audit.rs`).
+static CRISIS_LOG_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
 fn with_calls(f: impl FnOnce(&mut CallMetrics)) {
     let mut c = CALLS
@@ -334,6 +349,52 @@ pub fn record_first_token(tier: &str, seconds: f64) {
 /// `unknown`).
 pub fn record_tool_call(tool: &str, ok: bool) {
     with_calls(|c| *c.tool_calls.entry((tool.to_owned(), ok)).or_default() += 1);
+}
+
+/// Records one memory record written (`op`: `insert`, `update` or
+/// `delete`) of `kind` (the store's memory kind).
+pub fn record_memory_write(kind: &str, op: &'static str) {
+    with_calls(|c| {
+        *c.memory_writes.entry((kind.to_owned(), op)).or_default() += 1;
+    });
+}
+
+/// Records a finalized session: `reason` is `requested` (ended by the
+/// person or the channel) or `expired` (the sweeper, or the next turn
+/// after the timeout).
+pub fn record_session_end(reason: &'static str, memory_mode: &str) {
+    with_calls(|c| {
+        *c.sessions_ended
+            .entry((reason, memory_mode.to_owned()))
+            .or_default() += 1;
+    });
+}
+
+/// Records a finished crisis-log append (`captured`, `timeout`, `failed`).
+pub fn record_crisis_log_write(outcome: &'static str) {
+    with_calls(|c| *c.crisis_log_writes.entry(outcome).or_default() += 1);
+}
+
+/// Counts one crisis-log append as running until the guard drops.
+pub fn crisis_log_write_started() -> InFlight {
+    CRISIS_LOG_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+    InFlight(&CRISIS_LOG_IN_FLIGHT)
+}
+
+/// Crisis-log appends running now.
+pub fn crisis_log_writes_in_flight() -> u64 {
+    CRISIS_LOG_IN_FLIGHT.load(Ordering::Relaxed)
+}
+
+/// Holds one unit of an in-flight gauge; gives it back on drop (also when
+/// the work is cancelled or times out).
+#[derive(Debug)]
+pub struct InFlight(&'static AtomicU64);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Appends the call metrics and the trace export's counters in the
@@ -401,9 +462,43 @@ pub fn render_call_metrics(out: &mut String) {
     );
     let _ = writeln!(out, "# TYPE opencouch_tool_calls_total counter");
     for ((tool, ok), n) in &c.tool_calls {
+        let outcome = if *ok { "ok" } else { "error" };
         let _ = writeln!(
             out,
-            "opencouch_tool_calls_total{{tool=\"{tool}\",ok=\"{ok}\"}} {n}"
+            "opencouch_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP opencouch_memory_writes_total Memory records written to the store, by memory kind (semantic facts, episodic session arcs, procedural profile) and operation."
+    );
+    let _ = writeln!(out, "# TYPE opencouch_memory_writes_total counter");
+    for ((kind, op), n) in &c.memory_writes {
+        let _ = writeln!(
+            out,
+            "opencouch_memory_writes_total{{kind=\"{kind}\",operation=\"{op}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP opencouch_sessions_ended_total Sessions finalized, by reason (requested, expired) and memory mode."
+    );
+    let _ = writeln!(out, "# TYPE opencouch_sessions_ended_total counter");
+    for ((reason, mode), n) in &c.sessions_ended {
+        let _ = writeln!(
+            out,
+            "opencouch_sessions_ended_total{{reason=\"{reason}\",memory_mode=\"{mode}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP opencouch_crisis_log_writes_total Crisis-log appends by outcome (captured, timeout, failed)."
+    );
+    let _ = writeln!(out, "# TYPE opencouch_crisis_log_writes_total counter");
+    for (outcome, n) in &c.crisis_log_writes {
+        let _ = writeln!(
+            out,
+            "opencouch_crisis_log_writes_total{{outcome=\"{outcome}\"}} {n}"
         );
     }
     drop(c);

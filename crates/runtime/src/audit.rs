@@ -72,7 +72,9 @@ pub(crate) async fn append_crisis(
     let append = crate::retry::retry(crate::retry::IoStage::CrisisLogAppend, || {
         log.append(record)
     });
-    match tokio::time::timeout(bound, append).await {
+    // `opencouch_queue_depth{queue="crisis_log"}` while it runs.
+    let _running = opencouch_core::telemetry::crisis_log_write_started();
+    let outcome = match tokio::time::timeout(bound, append).await {
         Ok(Ok(_)) => "captured",
         Ok(Err(e)) => {
             tracing::error!(error = %e, "crisis log append failed");
@@ -82,7 +84,9 @@ pub(crate) async fn append_crisis(
             tracing::error!("crisis log append timed out");
             "timeout"
         }
-    }
+    };
+    opencouch_core::telemetry::record_crisis_log_write(outcome);
+    outcome
 }
 
 /// The bound on the feedback write at session end.

@@ -23,6 +23,7 @@
 
 pub mod agent;
 mod audit;
+mod counted;
 pub mod embeddings;
 mod error;
 pub mod exercise;

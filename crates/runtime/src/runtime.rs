@@ -141,6 +141,8 @@ impl Runtime {
         model: Option<Arc<dyn ChatModel>>,
         opts: RuntimeOptions,
     ) -> Self {
+        let mut stores = stores;
+        stores.memory = crate::counted::CountedMemory::wrap(stores.memory);
         let model = if opts.mode == RuntimeMode::Deterministic {
             None
         } else {
@@ -355,6 +357,12 @@ impl Runtime {
     /// Call it before shutting down; it is cheap when nothing is pending.
     pub async fn flush_memory_extraction(&self, timeout: Duration) -> FlushOutcome {
         self.inner.extractor.flush(timeout).await
+    }
+
+    /// Background memory extraction jobs not yet applied, settled or
+    /// discarded.
+    pub(crate) fn extraction_pending(&self) -> usize {
+        self.inner.extractor.jobs.pending()
     }
 }
 

@@ -91,6 +91,14 @@ async fn finalize(
         .threads
         .commit_turn(end::closing_commit(state, now))
         .await?;
+    // Ended on request (a channel's end, with or without feedback), or
+    // found expired (the sweeper, or the next turn after the timeout).
+    let reason = if source.is_some() {
+        "requested"
+    } else {
+        "expired"
+    };
+    opencouch_core::telemetry::record_session_end(reason, mode.as_str());
     Ok(EndSessionOutcome::finalized(
         summary,
         mode == MemoryMode::Incognito,

@@ -106,6 +106,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// A channel's extra routes (a webhook) with what every application route
+/// gets from [`router`] that needs no guard: the HTTP request span (named
+/// by its fixed path) and the status count of `/metrics`.
+pub(crate) fn observed(routes: Router, state: &AppState) -> Router {
+    routes
+        .route_layer(middleware::from_fn_with_state(state.clone(), count_status))
+        .route_layer(crate::trace::extra_layer())
+}
+
 /// The router of the separate metrics address (`metrics_listen`): only
 /// `GET /metrics`, no token. Metrics are server-wide (crisis turns of every
 /// user), so they are never served on the API address.
@@ -306,7 +315,69 @@ async fn metrics(State(state): State<AppState>) -> Response {
         svc.mode().as_str(),
         svc.semantic_signal()
     );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    render_background(&mut body, &state).await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// The gauges read at scrape time: open sessions (a count in the store;
+/// left out when the store does not answer) and the background queues.
+async fn render_background(body: &mut String, state: &AppState) {
+    use std::fmt::Write as _;
+    let svc = state.service();
+    let _ = writeln!(
+        body,
+        "# HELP opencouch_sessions_active Open sessions by memory mode (with PostgreSQL, every instance's).\n# TYPE opencouch_sessions_active gauge"
+    );
+    for mode in [MemoryMode::Persistent, MemoryMode::Incognito] {
+        match svc.open_sessions(mode).await {
+            Ok(n) => {
+                let _ = writeln!(
+                    body,
+                    "opencouch_sessions_active{{memory_mode=\"{}\"}} {n}",
+                    mode.as_str()
+                );
+            }
+            Err(e) => tracing::debug!(code = e.code().as_str(), "open sessions not counted"),
+        }
+    }
+    let q = svc.queue_depths();
+    let _ = writeln!(
+        body,
+        "# HELP opencouch_queue_depth Background work waiting or running: memory extraction jobs not yet applied, crisis-log appends in progress, voice safety audits queued or running.\n# TYPE opencouch_queue_depth gauge"
+    );
+    let _ = writeln!(
+        body,
+        "opencouch_queue_depth{{queue=\"memory_extraction\"}} {}",
+        q.memory_extraction
+    );
+    let _ = writeln!(
+        body,
+        "opencouch_queue_depth{{queue=\"crisis_log\"}} {}",
+        q.crisis_log
+    );
+    if let Some(voice) = state.voice() {
+        // The auditor's counters: accepted minus finished (completed or
+        // timed out) is what waits or runs.
+        let a = voice.audit_stats();
+        let _ = writeln!(
+            body,
+            "opencouch_queue_depth{{queue=\"voice_audit\"}} {}",
+            a.submitted
+                .saturating_sub(a.completed.saturating_add(a.timed_out))
+        );
+        let _ = writeln!(
+            body,
+            "# HELP opencouch_queue_dropped_total Background work dropped: voice safety audits refused by a full queue or left undone at shutdown.\n# TYPE opencouch_queue_dropped_total counter\nopencouch_queue_dropped_total{{queue=\"voice_audit\"}} {}",
+            a.dropped
+        );
+    }
 }
 
 /// Counts every response of the application router by status code.

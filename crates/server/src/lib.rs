@@ -143,7 +143,7 @@ impl AppState {
             observed.turn_mode(end.memory_mode.as_str());
             let storage_failed = match end.outcome {
                 TurnOutcome::Answered(output) => {
-                    observed.turn(output, end.elapsed);
+                    observed.turn(output, end.memory_mode.as_str(), end.elapsed);
                     !output.saved
                 }
                 TurnOutcome::Failed { code } => {
@@ -339,7 +339,8 @@ pub async fn serve_with(
 /// channel's webhook, such as Telegram's), served on the same address
 /// beside the API. They are outside the API's guards (Host, Origin,
 /// Content-Type, tokens, rate limits): each such route checks its caller
-/// itself.
+/// itself. They get the request span and the status count; they must be
+/// fixed paths (no `{param}`: a span is named by the path).
 ///
 /// # Errors
 /// Bad address, auth refusal, runtime or socket failures.
@@ -476,7 +477,7 @@ pub async fn serve_listeners_with(
         ))
     });
     let app = match extra {
-        Some(routes) => routes.merge(router(state.clone())),
+        Some(routes) => api::observed(routes, &state).merge(router(state.clone())),
         None => router(state.clone()),
     };
     conn::accept_loop(
@@ -498,6 +499,41 @@ pub async fn serve_listeners_with(
     let idle = state.service().wait_idle(limits.request_timeout).await;
     tracing::info!(turns_finished = idle, "opencouch API stopped accepting");
     Ok(())
+}
+
+/// Serves only `/metrics` for `service` on `listener` until `shutdown`
+/// resolves: for a channel that runs without the HTTP API (`opencouch
+/// telegram` with `metrics_listen` set). The service's finished turns are
+/// counted from now on (this replaces its turn observer); the process-wide
+/// series (model calls, memory writes, sessions, queues, export) are the
+/// same as `serve`'s.
+pub async fn serve_metrics_only(
+    service: Service,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let limits = Limits::default();
+    let state = AppState::new(service, AuthMode::Local, limits.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    // A scraper needs few connections.
+    let tracker = ConnTracker::new(ConnLimits {
+        max_connections: 16,
+        max_per_ip: 0,
+        ..limits.connections
+    });
+    conn::accept_loop(
+        listener,
+        metrics_router(state.clone()),
+        tracker,
+        state,
+        stop_rx,
+        limits.connections.header_read_timeout,
+    )
+    .await;
 }
 
 /// How often a serving server drops the rate limiters' idle buckets.

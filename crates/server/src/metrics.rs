@@ -17,13 +17,13 @@ pub struct Metrics {
 
 #[derive(Debug, Default)]
 struct Counts {
-    turns: BTreeMap<(String, u8), u64>,
+    /// (route, crisis level, memory mode) → answered turns.
+    turns: BTreeMap<(String, u8, String), u64>,
     turn_errors: BTreeMap<String, u64>,
     rejected: BTreeMap<String, u64>,
     fallbacks: u64,
     model_errors: u64,
-    turn_seconds_sum: f64,
-    turn_seconds_count: u64,
+    turn_latency: Histogram,
     stage_ms: BTreeMap<String, (f64, u64)>,
     /// (level, deciding layer) → turns at crisis level 1 or above.
     crisis: BTreeMap<(u8, String), u64>,
@@ -64,14 +64,22 @@ impl Metrics {
         }
     }
 
-    /// Records a finished turn.
-    pub fn turn(&self, output: &AgentOutput, elapsed: Duration) {
+    /// Records an answered turn of `memory_mode`.
+    pub fn turn(&self, output: &AgentOutput, memory_mode: &str, elapsed: Duration) {
         let Ok(mut c) = self.inner.lock() else { return };
+        let mode = if label_ok(memory_mode) {
+            memory_mode
+        } else {
+            "unknown"
+        };
         *c.turns
-            .entry((output.route.as_str().to_owned(), output.crisis.level.get()))
+            .entry((
+                output.route.as_str().to_owned(),
+                output.crisis.level.get(),
+                mode.to_owned(),
+            ))
             .or_default() += 1;
-        c.turn_seconds_sum += elapsed.as_secs_f64();
-        c.turn_seconds_count += 1;
+        c.turn_latency.observe(elapsed.as_secs_f64());
         let d = &output.diagnostics;
         if MODEL_ERROR_KEYS.iter().any(|k| d.get_bool(k) == Some(true)) {
             c.model_errors += 1;
@@ -142,13 +150,13 @@ impl Metrics {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "# HELP opencouch_turns_total Completed turns by route and crisis level."
+            "# HELP opencouch_turns_total Answered turns by route, crisis level and memory mode."
         );
         let _ = writeln!(s, "# TYPE opencouch_turns_total counter");
-        for ((route, level), n) in &c.turns {
+        for ((route, level, mode), n) in &c.turns {
             let _ = writeln!(
                 s,
-                "opencouch_turns_total{{route=\"{route}\",crisis_level=\"{level}\"}} {n}"
+                "opencouch_turns_total{{route=\"{route}\",crisis_level=\"{level}\",memory_mode=\"{mode}\"}} {n}"
             );
         }
         let _ = writeln!(
@@ -172,31 +180,23 @@ impl Metrics {
         }
         let _ = writeln!(
             s,
-            "# HELP opencouch_model_errors_total Turns during which a model call failed."
+            "# HELP opencouch_model_failure_turns_total Turns during which a model call failed (each call is in opencouch_model_call_errors_total)."
         );
-        let _ = writeln!(s, "# TYPE opencouch_model_errors_total counter");
-        let _ = writeln!(s, "opencouch_model_errors_total {}", c.model_errors);
+        let _ = writeln!(s, "# TYPE opencouch_model_failure_turns_total counter");
+        let _ = writeln!(s, "opencouch_model_failure_turns_total {}", c.model_errors);
         let _ = writeln!(
             s,
-            "# HELP opencouch_fallbacks_total Turns that used a deterministic fallback."
+            "# HELP opencouch_fallbacks_total Turns that used any deterministic fallback (by kind: opencouch_fallback_turns_total)."
         );
         let _ = writeln!(s, "# TYPE opencouch_fallbacks_total counter");
         let _ = writeln!(s, "opencouch_fallbacks_total {}", c.fallbacks);
         let _ = writeln!(
             s,
-            "# HELP opencouch_turn_duration_seconds Turn latency as seen by the API."
+            "# HELP opencouch_turn_duration_seconds Latency of answered turns (the turn task, from its start to its end)."
         );
-        let _ = writeln!(s, "# TYPE opencouch_turn_duration_seconds summary");
-        let _ = writeln!(
-            s,
-            "opencouch_turn_duration_seconds_sum {}",
-            c.turn_seconds_sum
-        );
-        let _ = writeln!(
-            s,
-            "opencouch_turn_duration_seconds_count {}",
-            c.turn_seconds_count
-        );
+        let _ = writeln!(s, "# TYPE opencouch_turn_duration_seconds histogram");
+        c.turn_latency
+            .render(&mut s, "opencouch_turn_duration_seconds", "");
         let _ = writeln!(
             s,
             "# HELP opencouch_stage_duration_seconds Stage latency from turn diagnostics."
@@ -241,6 +241,9 @@ impl Metrics {
             "# HELP opencouch_retrieval_total Memory retrievals by path."
         );
         let _ = writeln!(s, "# TYPE opencouch_retrieval_total counter");
+        for (path, n) in &c.retrieval_paths {
+            let _ = writeln!(s, "opencouch_retrieval_total{{path=\"{path}\"}} {n}");
+        }
         let _ = writeln!(
             s,
             "# HELP opencouch_turns_by_memory_mode_total Finished turns (answered or failed) by memory mode."
@@ -262,9 +265,6 @@ impl Metrics {
                 s,
                 "opencouch_safety_plan_turns_total{{outcome=\"{what}\"}} {n}"
             );
-        }
-        for (path, n) in &c.retrieval_paths {
-            let _ = writeln!(s, "opencouch_retrieval_total{{path=\"{path}\"}} {n}");
         }
         let _ = writeln!(
             s,

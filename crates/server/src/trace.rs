@@ -40,6 +40,16 @@ pub fn route_template(method: &str, path: &str) -> &'static str {
 fn make_span(req: &Request) -> Span {
     let method = req.method().as_str();
     let route = route_template(method, req.uri().path());
+    span_for(method, route)
+}
+
+/// A channel's extra routes are fixed paths (the Telegram webhook), and
+/// this layer only sees requests that matched one: the path is the route.
+fn make_extra_span(req: &Request) -> Span {
+    span_for(req.method().as_str(), req.uri().path())
+}
+
+fn span_for(method: &str, route: &str) -> Span {
     tracing::info_span!(
         "http_request",
         "otel.name" = %format_args!("{method} {route}"),
@@ -73,8 +83,18 @@ pub type HttpTraceLayer = TraceLayer<
 
 /// The layer for the application router.
 pub fn layer() -> HttpTraceLayer {
+    with_spans(make_span)
+}
+
+/// The route layer for a channel's extra routes (fixed paths only: the
+/// span is named by the matched request's path).
+pub fn extra_layer() -> HttpTraceLayer {
+    with_spans(make_extra_span)
+}
+
+fn with_spans(make: fn(&Request) -> Span) -> HttpTraceLayer {
     TraceLayer::new_for_http()
-        .make_span_with(make_span as fn(&Request) -> Span)
+        .make_span_with(make)
         .on_request(())
         .on_response(on_response as fn(&Response, Duration, &Span))
         .on_body_chunk(())

@@ -725,7 +725,9 @@ async fn metrics_count_turns_by_route_and_level() {
     let text = v.as_str().unwrap();
     assert!(text.contains("# TYPE opencouch_turns_total counter"));
     assert!(
-        text.contains("opencouch_turns_total{route=\"therapeutic\",crisis_level=\"0\"} 1"),
+        text.contains(
+            "opencouch_turns_total{route=\"therapeutic\",crisis_level=\"0\",memory_mode=\"persistent\"} 1"
+        ),
         "{text}"
     );
     assert!(text.contains("opencouch_turn_duration_seconds_count 1"));
@@ -746,6 +748,17 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
     .await;
     assert_eq!(status, StatusCode::OK);
     chat(&f, &f.alice, "m3", "I want to kill myself tonight").await;
+    // An explicit save (a memory write), then a session ended on request.
+    chat(&f, &f.alice, "m4", "remember that I like green tea").await;
+    let (status, v) = call(
+        &f.app,
+        POST,
+        "/api/threads/m2/end",
+        Some(&f.alice),
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
     // An unknown route: a 404 counted by status.
     let _ = call(&f.app, GET, "/api/nothing-here", Some(&f.alice), None).await;
     let metrics = opencouch_server::metrics_router(f.state.clone());
@@ -753,11 +766,22 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
     let text = v.as_str().unwrap();
     for series in [
         "opencouch_turns_total{route=\"crisis\",crisis_level=",
+        "# TYPE opencouch_turn_duration_seconds histogram",
+        "opencouch_turn_duration_seconds_bucket{le=\"+Inf\"} 3",
+        "opencouch_memory_writes_total{kind=\"semantic\",operation=\"insert\"}",
+        "opencouch_sessions_ended_total{reason=\"requested\",memory_mode=\"persistent\"}",
+        // m3 and m4 are still open; m2 ended.
+        "opencouch_sessions_active{memory_mode=\"persistent\"} 2",
+        "opencouch_sessions_active{memory_mode=\"incognito\"} 0",
+        "opencouch_queue_depth{queue=\"memory_extraction\"} 0",
+        "opencouch_queue_depth{queue=\"crisis_log\"} 0",
+        "opencouch_crisis_log_writes_total{outcome=\"captured\"}",
+        "# TYPE opencouch_model_failure_turns_total counter",
         "# TYPE opencouch_crisis_turns_total counter",
         "opencouch_crisis_turns_total{level=",
         "opencouch_http_responses_total{code=\"200\"}",
         "opencouch_http_responses_total{code=\"404\"} 1",
-        "opencouch_stage_duration_seconds_count{stage=\"crisis_gate\"} 2",
+        "opencouch_stage_duration_seconds_count{stage=\"crisis_gate\"} 3",
         "opencouch_stage_duration_seconds_count{stage=\"commit\"}",
         "# TYPE opencouch_retrieval_duration_seconds histogram",
         "# TYPE opencouch_model_call_duration_seconds histogram",
@@ -766,18 +790,61 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
         "opencouch_trace_spans_dropped_total 0",
         "opencouch_turns_running 0",
         "opencouch_info{mode=\"deterministic\"",
-        "opencouch_turns_by_memory_mode_total{mode=\"persistent\"} 2",
+        "opencouch_turns_by_memory_mode_total{mode=\"persistent\"} 3",
         "opencouch_safety_plan_turns_total{outcome=\"shown\"} 1",
     ] {
         assert!(text.contains(series), "no {series} in\n{text}");
     }
-    // Every sample line is `name{labels} value` or `name value`.
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let (_, value) = line.rsplit_once(' ').expect(line);
+    assert_valid_exposition(text);
+}
+
+/// The Prometheus text format as a scraper reads it: every sample is
+/// `name{labels} value` with a number, belongs to the family of the last
+/// `# TYPE` line (a family's samples are together, after its TYPE), each
+/// family is declared once, and names follow the naming rules (counters
+/// end in `_total`, nothing else does; units in base units).
+fn assert_valid_exposition(text: &str) {
+    use std::collections::HashSet;
+    let mut declared = HashSet::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect(line);
+            assert!(declared.insert(name.to_owned()), "declared twice: {name}");
+            assert_eq!(
+                name.ends_with("_total"),
+                kind == "counter",
+                "a counter (and only a counter) ends in _total: {line}"
+            );
+            assert!(
+                !name.contains("_ms") && !name.contains("milliseconds"),
+                "{name}"
+            );
+            current = Some((name.to_owned(), kind.to_owned()));
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect(line);
         assert!(value.parse::<f64>().is_ok(), "{line}");
+        let name = series.split('{').next().unwrap();
+        let (family, kind) = current
+            .as_ref()
+            .unwrap_or_else(|| panic!("no TYPE before {line}"));
+        let base = match kind.as_str() {
+            "histogram" => name
+                .strip_suffix("_bucket")
+                .or_else(|| name.strip_suffix("_sum"))
+                .or_else(|| name.strip_suffix("_count"))
+                .unwrap_or(name),
+            "summary" => name
+                .strip_suffix("_sum")
+                .or_else(|| name.strip_suffix("_count"))
+                .unwrap_or(name),
+            _ => name,
+        };
+        assert_eq!(base, family, "{line} is outside its family's block");
     }
 }
 

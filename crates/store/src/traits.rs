@@ -97,6 +97,11 @@ pub trait SessionStore: Send + Sync {
     /// All rows (the table holds only open sessions, so it stays small).
     async fn list(&self) -> StoreResult<Vec<ActiveSession>>;
 
+    /// How many rows there are (open sessions).
+    async fn count(&self) -> StoreResult<u64> {
+        Ok(self.list().await?.len() as u64)
+    }
+
     /// The session status of a thread at `now` (see [`crate::session`]).
     async fn status(
         &self,

@@ -487,6 +487,7 @@ async fn sessions_lifecycle(s: &Stores) {
     assert!(s.sessions.clear("s1").await.expect("clear"));
     assert!(!s.sessions.clear("s1").await.expect("clear again"));
     assert_eq!(s.sessions.list().await.expect("list").len(), 2);
+    assert_eq!(s.sessions.count().await.expect("count"), 2);
 
     // commit_turn can clear the row in the same transaction.
     let st = ThreadState::new("s2", Channel::Web);
@@ -494,6 +495,7 @@ async fn sessions_lifecycle(s: &Stores) {
     c.session = SessionWrite::Clear;
     s.threads.commit_turn(c).await.expect("commit");
     assert!(s.sessions.get("s2").await.expect("get").is_none());
+    assert_eq!(s.sessions.count().await.expect("count"), 1);
 }
 
 fn record(owner: &str, kind: MemoryKind, id: &str, n: i64) -> MemoryRecord {

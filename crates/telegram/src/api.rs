@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 /// The longest `retry_after` honoured; a larger one is capped.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
@@ -69,6 +70,26 @@ pub fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(ms.min(30_000))
 }
 
+/// Puts a call's outcome on its span: the status Telegram answered, or an
+/// error status when it did not answer.
+fn record_status<T>(span: &tracing::Span, result: &Result<T, ApiError>) {
+    if span.is_none() {
+        return;
+    }
+    let status = match result {
+        Ok(_) => Some(200),
+        Err(ApiError::RetryAfter(_)) => Some(429),
+        Err(ApiError::Api { status, .. }) => Some(*status),
+        Err(ApiError::Network(_) | ApiError::BadResponse) => None,
+    };
+    if let Some(s) = status {
+        span.record("http.response.status_code", i64::from(s));
+    }
+    if result.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
 /// A Bot API client for one bot.
 #[derive(Clone)]
 pub struct BotApi {
@@ -115,7 +136,12 @@ impl BotApi {
             .post(format!("{}/{method}", self.base))
             .timeout(timeout)
             .json(params);
-        envelope(req.send().await).await
+        let span = crate::spans::api_call(method);
+        let result = async { envelope(req.send().await).await }
+            .instrument(span.clone())
+            .await;
+        record_status(&span, &result);
+        result
     }
 
     /// `method` with retries (see the module documentation).
@@ -327,7 +353,12 @@ impl BotApi {
                     format!("multipart/form-data; boundary={boundary}"),
                 )
                 .body(body.clone());
-            match envelope(req.send().await).await {
+            let span = crate::spans::api_call("sendDocument");
+            let result = async { envelope(req.send().await).await }
+                .instrument(span.clone())
+                .await;
+            record_status(&span, &result);
+            match result {
                 Ok(_) => return Ok(()),
                 Err(e) if e.retryable() && attempt + 1 < MAX_ATTEMPTS => {
                     let wait = match &e {

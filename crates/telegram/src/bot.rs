@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use opencouch_core::telemetry::CRISIS_ATTRIBUTE;
 use opencouch_core::{AgentOutput, Channel, MemoryMode, ResponseType, Role, Route};
 use opencouch_runtime::service::{
     Caller, ChatThread, EndedVia, ErrorCode, ExportFormat, ExportRequest, Feedback,
@@ -35,6 +36,7 @@ use opencouch_runtime::service::{
 };
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument as _;
 
 use crate::api::{ApiError, BotApi, backoff};
 use crate::format::{self, MESSAGE_LIMIT};
@@ -81,6 +83,11 @@ pub enum BotError {
 }
 
 impl BotError {
+    /// Whether storage did not answer.
+    fn storage_down(&self) -> bool {
+        matches!(self, BotError::Service(e) if e.code() == ErrorCode::StorageUnavailable)
+    }
+
     /// Whether trying the same update again later can succeed.
     fn retryable(&self) -> bool {
         match self {
@@ -101,6 +108,10 @@ struct Job {
 struct Progress {
     /// The chat row as the turn left it (to store once the reply is out).
     row: Option<ChatThread>,
+    /// The row could not be read before the turn (storage down): it is
+    /// read again, and only its update ids are written, once storage
+    /// answers.
+    row_unread: bool,
     /// The reply messages (HTML), and how many went out.
     reply: Option<Vec<String>>,
     sent: usize,
@@ -344,39 +355,62 @@ impl Bot {
 
 async fn worker(inner: Arc<Inner>, mut queue: mpsc::UnboundedReceiver<Job>) {
     while let Some(job) = queue.recv().await {
-        let mut progress = Progress::default();
-        let mut attempt = 0u32;
-        loop {
-            match inner.handle(&job.update, &mut progress).await {
-                Ok(()) => break,
-                Err(e) if e.retryable() && !*inner.stop.borrow() => {
-                    let wait = match &e {
-                        BotError::Api(ApiError::RetryAfter(s)) => {
-                            Duration::from_secs(*s).min(crate::api::MAX_RETRY_AFTER)
-                        }
-                        _ => backoff(attempt).max(Duration::from_secs(1)),
-                    };
-                    tracing::warn!(error = %e, update_id = job.update.update_id, "a Telegram update could not be answered yet; retrying");
-                    attempt = attempt.saturating_add(1);
-                    let mut stop = inner.stop.clone();
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        _ = stop.wait_for(|s| *s) => {}
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, update_id = job.update.update_id, "a Telegram update could not be answered; giving up on it");
-                    break;
-                }
-            }
-        }
+        let span = crate::spans::update(&job.update);
+        answer(&inner, &job.update).instrument(span).await;
         let _ = job.done.send(());
     }
+}
+
+/// Answers one update, retrying while that can succeed (and the bot is not
+/// stopping). Runs inside the update's span.
+async fn answer(inner: &Inner, update: &Update) {
+    let span = tracing::Span::current();
+    let mut progress = Progress::default();
+    let mut attempt = 0u32;
+    let outcome = loop {
+        span.record("telegram.attempts", i64::from(attempt) + 1);
+        match inner.handle(update, &mut progress).await {
+            Ok(()) => break "answered",
+            Err(e) if e.retryable() && !*inner.stop.borrow() => {
+                let wait = match &e {
+                    BotError::Api(ApiError::RetryAfter(s)) => {
+                        Duration::from_secs(*s).min(crate::api::MAX_RETRY_AFTER)
+                    }
+                    _ => backoff(attempt).max(Duration::from_secs(1)),
+                };
+                tracing::warn!(error = %e, update_id = update.update_id, "a Telegram update could not be answered yet; retrying");
+                attempt = attempt.saturating_add(1);
+                let mut stop = inner.stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, update_id = update.update_id, "a Telegram update could not be answered; giving up on it");
+                break "given_up";
+            }
+        }
+    };
+    span.record("opencouch.outcome", outcome);
 }
 
 /// The owner id of a Telegram user (an account of the service).
 pub fn owner_of(user: i64) -> String {
     format!("telegram-{user}")
+}
+
+/// A chat's registry row before anything was stored for it.
+fn new_row(chat: i64, user: i64) -> ChatThread {
+    ChatThread {
+        chat_id: chat.to_string(),
+        owner: owner_of(user),
+        thread_id: base_thread(chat),
+        message_count: 0,
+        incognito: false,
+        last_update_id: None,
+        pending_update_id: None,
+    }
 }
 
 /// A chat's first thread id.
@@ -395,6 +429,16 @@ fn command_name(text: &str) -> Option<String> {
     let name = first.strip_prefix('/')?;
     let name = name.split('@').next().unwrap_or(name);
     (!name.is_empty()).then(|| name.to_ascii_lowercase())
+}
+
+/// A command name as a span value: one of [`COMMANDS`], or `unknown`
+/// (never what the person typed).
+fn command_label(name: &str) -> &'static str {
+    COMMANDS
+        .iter()
+        .map(|(c, _)| *c)
+        .find(|c| *c == name)
+        .unwrap_or("unknown")
 }
 
 fn keyboard(rows: &[&[(&str, &str)]]) -> Value {
@@ -497,8 +541,11 @@ impl Inner {
     }
 
     async fn handle(&self, update: &Update, progress: &mut Progress) -> Result<(), BotError> {
+        let span = tracing::Span::current();
         if let Some(msg) = &update.message {
-            let Some(user) = self.admitted(msg).await? else {
+            let admitted = self.admitted(msg).await?;
+            span.record("telegram.admitted", admitted.is_some());
+            let Some(user) = admitted else {
                 return Ok(());
             };
             return match msg.text.as_deref() {
@@ -507,6 +554,7 @@ impl Inner {
                 }
                 Some(text) => {
                     self.turn(msg.chat.id, user, text, update.update_id, progress)
+                        .instrument(crate::spans::turn())
                         .await
                 }
                 None => {
@@ -516,7 +564,9 @@ impl Inner {
             };
         }
         if let Some(msg) = &update.edited_message {
-            if self.admitted(msg).await?.is_some() {
+            let admitted = self.admitted(msg).await?.is_some();
+            span.record("telegram.admitted", admitted);
+            if admitted {
                 self.api.send_plain(msg.chat.id, texts::NO_EDITS).await?;
             }
             return Ok(());
@@ -533,15 +583,7 @@ impl Inner {
             .service
             .chat_thread(CHANNEL, &chat.to_string())
             .await?
-            .unwrap_or_else(|| ChatThread {
-                chat_id: chat.to_string(),
-                owner: owner_of(user),
-                thread_id: base_thread(chat),
-                message_count: 0,
-                incognito: false,
-                last_update_id: None,
-                pending_update_id: None,
-            }))
+            .unwrap_or_else(|| new_row(chat, user)))
     }
 
     /// The saved reply of a turn that committed before the process
@@ -623,28 +665,60 @@ impl Inner {
         update_id: i64,
         progress: &mut Progress,
     ) -> Result<(), BotError> {
+        let span = tracing::Span::current();
         if progress.reply.is_none() {
-            let mut row = self.row(chat, user).await?;
+            let mut row = match self.row(chat, user).await {
+                Ok(row) => row,
+                Err(e) if e.storage_down() => {
+                    // The turn still runs: a crisis message gets its crisis
+                    // reply (unsaved), anything else the storage notice.
+                    // The registry is written once storage answers again.
+                    tracing::warn!(
+                        "the Telegram chat registry could not be read; answering anyway"
+                    );
+                    span.record("telegram.storage", "unavailable");
+                    progress.row_unread = true;
+                    new_row(chat, user)
+                }
+                Err(e) => return Err(e),
+            };
             if row.last_update_id.is_some_and(|l| l >= update_id) {
+                span.record("telegram.resumed", "already_answered");
                 return Ok(()); // answered before a restart
             }
+            span.record("telegram.incognito", row.incognito);
             if row.pending_update_id == Some(update_id)
                 && !row.incognito
                 && let Some((reply, count)) = self.committed_reply(&row).await?
             {
                 // Committed before the process stopped: send what was saved.
+                span.record("telegram.resumed", "saved_reply");
                 row.message_count = count;
                 progress.reply = Some(reply);
                 progress.row = Some(row);
             } else {
                 let mut notices = Vec::new();
-                if row.message_count >= self.opts.soft_limit {
+                let rotate = row.message_count >= self.opts.soft_limit;
+                span.record("telegram.rotated", rotate);
+                if rotate {
                     let incognito = row.incognito;
                     self.rotate(chat, &mut row, incognito).await;
                     notices.push(format::escape(texts::ROTATED));
                 }
                 row.pending_update_id = Some(update_id);
-                self.service.put_chat_thread(CHANNEL, &row).await?;
+                if !progress.row_unread {
+                    match self.service.put_chat_thread(CHANNEL, &row).await {
+                        Ok(()) => {}
+                        // As above: a crisis reply never waits for storage.
+                        Err(e) if e.code() == ErrorCode::StorageUnavailable => {
+                            tracing::warn!(
+                                "the Telegram chat registry could not be written; answering anyway"
+                            );
+                            span.record("telegram.storage", "unavailable");
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 let typing = self.typing(chat);
                 let mut req = opencouch_runtime::service::TurnRequest::new(
                     Self::caller(&row),
@@ -660,12 +734,17 @@ impl Inner {
                 let mut msgs = notices;
                 match result {
                     Ok(out) => {
+                        span.record("opencouch.saved", out.saved);
+                        if out.crisis.level.needs_crisis_response() {
+                            span.record(CRISIS_ATTRIBUTE, true);
+                        }
                         if out.saved {
                             row.message_count += 2;
                         }
                         msgs.extend(reply_messages(&out));
                     }
                     Err(e) => {
+                        span.record("opencouch.error_code", e.code().as_str());
                         tracing::warn!(code = e.code().as_str(), "a Telegram turn failed");
                         msgs.push(format::escape(&error_text(
                             &e,
@@ -678,9 +757,16 @@ impl Inner {
             }
         }
         let msgs = progress.reply.clone().unwrap_or_default();
+        span.record("telegram.messages", msgs.len() as i64);
         while progress.sent < msgs.len() {
             self.send(chat, &msgs[progress.sent], None).await?;
             progress.sent += 1;
+        }
+        if progress.row_unread {
+            // The reply went out; now the registry as stored (an error here
+            // retries this step only: nothing is sent again).
+            progress.row = Some(self.row(chat, user).await?);
+            progress.row_unread = false;
         }
         if let Some(row) = progress.row.as_mut() {
             row.last_update_id = Some(update_id);
@@ -704,8 +790,14 @@ impl Inner {
         })
     }
 
+    #[tracing::instrument(
+        skip_all,
+        name = "telegram_command",
+        fields(otel.name = "telegram command", telegram.command = tracing::field::Empty)
+    )]
     async fn command(&self, chat: i64, user: i64, text: &str) -> Result<(), BotError> {
         let name = command_name(text).unwrap_or_default();
+        tracing::Span::current().record("telegram.command", command_label(&name));
         match name.as_str() {
             "start" => {
                 self.send(chat, &format::markdown_to_html(texts::WELCOME), None)
@@ -811,11 +903,22 @@ impl Inner {
         Ok(())
     }
 
+    #[tracing::instrument(
+        skip_all,
+        name = "telegram_callback",
+        fields(
+            otel.name = "telegram callback",
+            telegram.button = crate::spans::button_label(cb.data.as_deref().unwrap_or_default()),
+            telegram.admitted = tracing::field::Empty,
+        )
+    )]
     async fn callback(&self, cb: &CallbackQuery) -> Result<(), BotError> {
         let user = cb.from.id;
         let chat = cb.message.as_ref().map_or(user, |m| m.chat.id);
         let private = cb.message.as_ref().is_none_or(|m| m.chat.kind == "private");
-        if !self.allowed.contains(&user) || !private {
+        let admitted = self.allowed.contains(&user) && private;
+        tracing::Span::current().record("telegram.admitted", admitted);
+        if !admitted {
             self.api.answer_callback(&cb.id, None).await?;
             return Ok(());
         }
@@ -938,6 +1041,13 @@ mod tests {
         ] {
             assert_eq!(command_name(text).as_deref(), want, "{text}");
         }
+    }
+
+    #[test]
+    fn command_labels_are_ours_or_unknown() {
+        assert_eq!(command_label("end"), "end");
+        assert_eq!(command_label("forgetme"), "forgetme");
+        assert_eq!(command_label("my private words"), "unknown");
     }
 
     #[test]

@@ -17,10 +17,13 @@
 //! * [`format`]: Markdown → Telegram HTML, message splitting, crisis
 //!   messages.
 //! * [`webhook`]: the webhook route with its secret check.
+//! * `spans`: the channel's spans (one trace per update; no text, ids only
+//!   as opaque hashes).
 
 pub mod api;
 pub mod bot;
 pub mod format;
+mod spans;
 pub mod texts;
 pub mod types;
 pub mod webhook;

@@ -50,12 +50,27 @@ pub fn router(bot: Bot, secret: &str) -> Router {
         })
 }
 
+/// One webhook request: its span says whether the secret matched and what
+/// was answered (the update's handling is a trace of its own).
+#[tracing::instrument(
+    skip_all,
+    name = "telegram_webhook",
+    fields(
+        otel.name = "telegram webhook",
+        telegram.authorized = tracing::field::Empty,
+        opencouch.outcome = tracing::field::Empty,
+    )
+)]
 async fn receive(State(hook): State<Hook>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let span = tracing::Span::current();
     let given = headers
         .get(SECRET_HEADER)
         .map(|v| v.as_bytes())
         .unwrap_or_default();
-    if !same(given, hook.secret.as_bytes()) {
+    let secret_ok = same(given, hook.secret.as_bytes());
+    span.record("telegram.authorized", secret_ok);
+    if !secret_ok {
+        span.record("opencouch.outcome", "refused");
         tracing::warn!("a Telegram webhook request without the right secret was refused");
         return StatusCode::UNAUTHORIZED;
     }
@@ -63,11 +78,18 @@ async fn receive(State(hook): State<Hook>, headers: HeaderMap, body: Bytes) -> S
         .ok()
         .and_then(Update::from_value)
     else {
+        span.record("opencouch.outcome", "bad_update");
         return StatusCode::BAD_REQUEST;
     };
     match hook.bot.submit(update).await {
-        Ok(()) => StatusCode::OK,
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Ok(()) => {
+            span.record("opencouch.outcome", "answered");
+            StatusCode::OK
+        }
+        Err(_) => {
+            span.record("opencouch.outcome", "not_answered");
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     }
 }
 

@@ -648,3 +648,116 @@ async fn the_forget_buttons_delete_or_keep() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn typing_shows_while_a_turn_runs_and_the_reply_follows_it() {
+    let model = FakeOpenAi::start().await;
+    // Every model call waits for the test: the turn is in flight exactly
+    // until `release`, with no clock in the test.
+    model.set_default(Reply::text("Thank you for telling me how the week went.").held());
+    let h = Harness::start_with(&[ALICE], 240, Some(model)).await;
+    let model = h._model.as_ref().unwrap();
+    let id = h.tg.push_text(ALICE, "my week was long and I feel flat");
+    let typing = |c: &opencouch_testkit::BotCall| {
+        c.method == "sendChatAction"
+            && c.status == 200
+            && c.chat_id() == Some(ALICE)
+            && c.body["action"] == "typing"
+    };
+    assert!(
+        h.tg.wait_until(WAIT, |calls| calls.iter().any(typing))
+            .await,
+        "no typing indicator while the turn ran: {:#?}",
+        h.tg.calls()
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while model.request_count() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no model call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The turn waits on the model: nothing has been answered yet.
+    assert!(h.tg.sent_texts(ALICE).is_empty());
+    assert!(h.tg.confirmed_offset() <= id);
+
+    model.release();
+    h.answered(id).await;
+    let calls = h.tg.calls();
+    let first_typing = calls.iter().position(typing).unwrap();
+    let reply = calls
+        .iter()
+        .position(|c| c.method == "sendMessage" && c.chat_id() == Some(ALICE))
+        .unwrap();
+    assert!(first_typing < reply, "{calls:#?}");
+    assert_eq!(h.tg.sent_texts(ALICE).len(), 1);
+    h.stop().await;
+}
+
+/// Runs `statements` on the harness's SQLite file.
+async fn sql(h: &Harness, statements: &[&str]) {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(h._dir.path().join("opencouch.sqlite3"))
+        .busy_timeout(Duration::from_secs(10));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    for s in statements {
+        sqlx::query(s).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crisis_message_is_answered_while_storage_fails_and_confirmed_once_it_is_back() {
+    let h = Harness::start(&[ALICE], 240).await;
+    // The chat registry can be neither read nor written, and no turn can
+    // be saved.
+    sql(
+        &h,
+        &[
+            "ALTER TABLE channel_chats RENAME TO channel_chats_away",
+            "CREATE TRIGGER injected_fault BEFORE INSERT ON transcript \
+             BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+        ],
+    )
+    .await;
+    let id = h.tg.push_text(
+        ALICE,
+        "I am going to kill myself tonight, I have the pills ready",
+    );
+    assert!(
+        h.tg.wait_until(WAIT, |calls| calls
+            .iter()
+            .any(|c| c.method == "sendMessage" && c.status == 200))
+            .await,
+        "no crisis reply while storage failed"
+    );
+    let sent = h.tg.sent_texts(ALICE);
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert!(sent[0].contains("People you can reach now"), "{}", sent[0]);
+    assert!(sent[0].contains("couldn't be saved"), "{}", sent[0]);
+    // Not confirmed to Telegram while its registry row cannot be written.
+    assert!(h.tg.confirmed_offset() <= id);
+
+    sql(
+        &h,
+        &[
+            "DROP TRIGGER injected_fault",
+            "ALTER TABLE channel_chats_away RENAME TO channel_chats",
+        ],
+    )
+    .await;
+    h.answered(id).await;
+    // Answered once: the retries after storage came back sent nothing again.
+    assert_eq!(h.tg.sent_texts(ALICE).len(), 1);
+    let row = h
+        .service
+        .chat_thread(CHANNEL, &ALICE.to_string())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.last_update_id, Some(id));
+    assert_eq!(row.pending_update_id, None);
+    h.stop().await;
+}

@@ -186,6 +186,8 @@ pub(crate) struct Shared {
     pub(crate) first_text_sent: Arc<Mutex<Vec<std::time::Instant>>>,
     counter: AtomicU64,
     shutdown: watch::Receiver<bool>,
+    /// Set by [`FakeOpenAi::release`]: held replies answer.
+    released: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -236,6 +238,16 @@ impl Shared {
 
     pub(crate) fn secret_shape(&self) -> SecretShape {
         self.lock().secret_shape
+    }
+
+    /// Waits until held replies are released (or the server shuts down).
+    pub(crate) async fn wait_released(&self) {
+        let mut released = self.released.subscribe();
+        let mut stop = self.shutdown.clone();
+        tokio::select! {
+            _ = released.wait_for(|r| *r) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
     }
 
     /// Sleeps for `d`, returning early when the server shuts down.
@@ -294,6 +306,7 @@ impl FakeOpenAi {
             first_text_sent: Arc::default(),
             counter: AtomicU64::new(0),
             shutdown: rx.clone(),
+            released: watch::channel(false).0,
         });
         let app = server::router(shared.clone());
         let mut stop = rx;
@@ -320,6 +333,12 @@ impl FakeOpenAi {
     /// Socket address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Lets every reply scripted with [`Reply::held`] answer, now and from
+    /// now on.
+    pub fn release(&self) {
+        self.shared.released.send_replace(true);
     }
 
     /// Base URL for OpenAI clients, e.g. `http://127.0.0.1:PORT/v1`.

@@ -194,6 +194,8 @@ pub struct Reply {
     pub(crate) kind: ReplyKind,
     pub(crate) latency: Duration,
     pub(crate) chunk_delay: Duration,
+    /// Held until [`crate::FakeOpenAi::release`] (after `latency`).
+    pub(crate) held: bool,
 }
 
 impl Reply {
@@ -202,6 +204,7 @@ impl Reply {
             kind,
             latency: Duration::ZERO,
             chunk_delay: Duration::ZERO,
+            held: false,
         }
     }
 
@@ -313,6 +316,14 @@ impl Reply {
     /// Waits `latency` before the response starts.
     pub fn with_latency(mut self, latency: Duration) -> Reply {
         self.latency = latency;
+        self
+    }
+
+    /// Holds the response until the test calls [`crate::FakeOpenAi::release`]
+    /// (or the server shuts down): a request that stays in flight exactly as
+    /// long as the test needs, with no clock involved.
+    pub fn held(mut self) -> Reply {
+        self.held = true;
         self
     }
 

@@ -113,6 +113,9 @@ async fn handle(
         (None, _) => Reply::text(""),
     };
     shared.sleep(reply.latency).await;
+    if reply.held {
+        shared.wait_released().await;
+    }
     let kind = match reply.kind {
         ReplyKind::Hang(d) => {
             shared.sleep(d).await;

@@ -14,8 +14,8 @@ use opencouch_memory::{MemoryKind, SessionArc};
 use super::error::{ErrorCode, ServiceError};
 use super::types::{
     Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
-    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,
-    ThreadList, TurnRequest,
+    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, QueueDepths, SessionState,
+    ThreadInfo, ThreadList, TurnRequest,
 };
 use crate::reply::TurnStream;
 use crate::runtime::Runtime;
@@ -246,6 +246,23 @@ impl Service {
     /// the last export error.
     pub fn trace_export(&self) -> opencouch_core::telemetry::ExportSnapshot {
         opencouch_core::telemetry::EXPORT.snapshot()
+    }
+
+    /// The host's background work waiting or running now (metrics).
+    pub fn queue_depths(&self) -> QueueDepths {
+        QueueDepths {
+            memory_extraction: self.persistent.extraction_pending(),
+            crisis_log: opencouch_core::telemetry::crisis_log_writes_in_flight(),
+        }
+    }
+
+    /// Open sessions of a memory mode (rows of the active-session table;
+    /// with PostgreSQL, every process's).
+    ///
+    /// # Errors
+    /// storage failures.
+    pub async fn open_sessions(&self, mode: MemoryMode) -> Result<u64, ServiceError> {
+        Ok(self.runtime(mode).stores().sessions.count().await?)
     }
 
     // ---- the one check of a request ----

@@ -36,8 +36,8 @@ pub use self::safety_plan::{SafetyPlanView, Sos, SosPlan};
 pub use self::terminal::{CheckLevel, DoctorCheck, ENDPOINT_TIMEOUT};
 pub use self::types::{
     Caller, EndedVia, Feedback, GateOnly, Health, HistoryEntry, ItemKind, MemoryChange,
-    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, SessionState, ThreadInfo,
-    ThreadList, TurnRequest,
+    MemoryItems, MemoryStatus, PendingForget, Progress, ProgressSession, QueueDepths, SessionState,
+    ThreadInfo, ThreadList, TurnRequest,
 };
 pub use self::voice::{
     VoiceAuditFinding, VoiceCall, VoiceCallStatus, VoiceCrisis, VoicePolicy, VoiceRecorded,

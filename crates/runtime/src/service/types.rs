@@ -268,6 +268,17 @@ pub struct Health {
     pub trace_export: opencouch_core::telemetry::ExportSnapshot,
 }
 
+/// The host's background work waiting or running now (`/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueDepths {
+    /// Background memory extraction jobs not yet applied (hybrid mode).
+    pub memory_extraction: usize,
+    /// Crisis-log appends running now. They are not queued: each runs in
+    /// its turn, bounded (250 ms), so this is normally 0 or the crisis
+    /// turns writing right now; a store that stalls makes it grow.
+    pub crisis_log: u64,
+}
+
 /// Counts and switches of an owner's memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryStatus {

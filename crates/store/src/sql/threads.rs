@@ -469,4 +469,10 @@ impl<B: SqlBackend> SessionStore for B {
         let rows = self.fetch_all(stmt).await?;
         rows.iter().map(session_from_row).collect()
     }
+
+    async fn count(&self) -> StoreResult<u64> {
+        let stmt = Stmt::new("SELECT COUNT(*) AS n FROM active_sessions");
+        let n = self.fetch_one(stmt).await?.int("n")?;
+        to_u64(n, "active_sessions", "count")
+    }
 }

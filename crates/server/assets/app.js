@@ -372,7 +372,13 @@
     }
     if (p && p.crisis) showCrisisPanel(p.crisis);
     V.outstanding += 1;
-    dcSend({ type: "response.create", response: p && p.instructions ? { instructions: p.instructions } : {} });
+    // The policy's instructions, and the tool it requires (the crisis
+    // lookup, a grounded lookup, an exercise's step) as this response's
+    // tool choice; the response after the tool's output chooses freely.
+    const response = {};
+    if (p && p.instructions) response.instructions = p.instructions;
+    if (p && p.required_tool_name) response.tool_choice = { type: "function", name: p.required_tool_name };
+    dcSend({ type: "response.create", response });
   }
 
   async function onVoiceEvent(ev) {

@@ -7,13 +7,36 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use opencouch_core::{MemoryMode, ThreadState};
-use opencouch_store::{ActiveSession, FeedbackLabel, SWEEPER_LOCK};
+use opencouch_store::{
+    ActiveSession, FeedbackLabel, SWEEPER_LOCK, VoiceFinalization, VoiceFinalizationState,
+};
 
 use crate::audit;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::session_end::{self as end, EndSessionOutcome, SessionSummary};
 
 pub use opencouch_store::FeedbackSource;
+
+/// Records where a voice session's end stands (`voice_finalization_status`:
+/// in progress, then completed or failed, with a fixed machine-readable
+/// detail, never text). Best effort: a failed write is logged, the end
+/// goes on.
+async fn voice_status(
+    rt: &Runtime,
+    thread_id: &str,
+    status: VoiceFinalizationState,
+    detail: Option<&str>,
+) {
+    let row = VoiceFinalization {
+        thread_id: thread_id.to_owned(),
+        status,
+        detail: detail.map(str::to_owned),
+        updated_at: Utc::now(),
+    };
+    if let Err(e) = rt.inner.stores.voice.set(&row).await {
+        tracing::warn!(error = %e, "the voice finalization status could not be written");
+    }
+}
 
 /// Finalizes the thread's active session. The caller holds the thread lock.
 /// Order: settle in-flight memory extraction → feedback (best effort) →
@@ -188,7 +211,20 @@ impl Runtime {
         if state.user_id.is_none() {
             state.user_id = user_id.map(str::to_owned);
         }
-        finalize_locked(self, &mut state, feedback, Some(source)).await
+        let voice = source == FeedbackSource::VoiceEnd;
+        if voice {
+            voice_status(self, thread_id, VoiceFinalizationState::InProgress, None).await;
+        }
+        let outcome = finalize_locked(self, &mut state, feedback, Some(source)).await;
+        if voice {
+            let (status, detail) = match &outcome {
+                Ok(o) if o.finalized => (VoiceFinalizationState::Completed, "finalized"),
+                Ok(_) => (VoiceFinalizationState::Completed, "no_active_session"),
+                Err(_) => (VoiceFinalizationState::Failed, "finalization_failed"),
+            };
+            voice_status(self, thread_id, status, Some(detail)).await;
+        }
+        outcome
     }
 
     /// Finalizes every expired session once. Only one process sweeps at a

@@ -1,6 +1,7 @@
 // OpenCouch web page: sign-in, streamed chat, crisis resources, incognito,
 // memory panel, end of session with feedback, mood and progress chart, and
-// voice mode (Realtime over WebRTC).
+// voice: a Realtime call over WebRTC, or "speak and listen" (the browser's
+// own speech recognition and synthesis over the ordinary text turn).
 // Plain JavaScript, no dependencies, served by `opencouch serve`.
 "use strict";
 (() => {
@@ -215,6 +216,7 @@
       case "done":
         finish(box, ev.output);
         seen.done = true;
+        seen.output = ev.output;
         break;
       case "error":
         box.classList.add("error");
@@ -228,8 +230,10 @@
     box.dataset.chunks = String(seen.chunks);
   }
 
+  // Sends one message as a streamed turn; returns the final output (null
+  // when the turn failed or another one is running).
   async function send(message) {
-    if (S.busy) return;
+    if (S.busy) return null;
     S.busy = true;
     $("send").disabled = true;
     $("summary").textContent = "";
@@ -237,7 +241,7 @@
     const box = addMessage("assistant", "");
     box.dataset.state = "streaming";
     box.setAttribute("aria-busy", "true");
-    const seen = { stages: [], chunks: 0, done: false, error: false };
+    const seen = { stages: [], chunks: 0, done: false, error: false, output: null };
     try {
       const r = await fetch("/api/chat/stream", {
         method: "POST",
@@ -278,6 +282,7 @@
     $("send").disabled = false;
     $("message").focus();
     if (!S.incognito) refreshMemory();
+    return seen.error ? null : seen.output;
   }
 
   async function restoreHistory() {
@@ -367,7 +372,13 @@
     }
     if (p && p.crisis) showCrisisPanel(p.crisis);
     V.outstanding += 1;
-    dcSend({ type: "response.create", response: p && p.instructions ? { instructions: p.instructions } : {} });
+    // The policy's instructions, and the tool it requires (the crisis
+    // lookup, a grounded lookup, an exercise's step) as this response's
+    // tool choice; the response after the tool's output chooses freely.
+    const response = {};
+    if (p && p.instructions) response.instructions = p.instructions;
+    if (p && p.required_tool_name) response.tool_choice = { type: "function", name: p.required_tool_name };
+    dcSend({ type: "response.create", response });
   }
 
   async function onVoiceEvent(ev) {
@@ -417,8 +428,9 @@
   }
 
   async function startVoice() {
-    if (V.pc) return;
+    if (V.pc || W.on) return;
     $("mic").disabled = true;
+    $("speech").disabled = true;
     voiceStatus("Starting voice…");
     try {
       let session;
@@ -464,8 +476,10 @@
       V.used = true;
       $("mic").setAttribute("aria-pressed", "true");
       $("mic").textContent = "Hang up";
+      voiceMode("Active: Realtime voice call. Your voice goes from this browser to the voice service this server uses; OpenCouch keeps only the transcripts, like typed messages.");
     } finally {
       $("mic").disabled = false;
+      $("speech").disabled = !!V.pc;
     }
   }
 
@@ -477,12 +491,181 @@
     V.pc = null; V.dc = null; V.stream = null; V.outstanding = 0; V.tools = 0;
     $("mic").setAttribute("aria-pressed", "false");
     $("mic").textContent = "Talk";
+    $("speech").disabled = false;
+    voiceMode("");
     document.body.dataset.voice = "off";
     if (hangUp) {
       voiceStatus("Call ended.");
       // End of session with feedback, as in text mode (through the voice route).
       if (V.used) toggleEndPanel(true);
     }
+  }
+
+  // ---------- voice without a Realtime model: speak and listen ----------
+  // Where the browser offers speech recognition and synthesis, recognised
+  // words go through the ordinary streamed text turn (so this works in
+  // deterministic mode and with any text model) and the reply is read aloud
+  // by the browser on this device. Off until the person turns it on; the
+  // switch says which browser service hears the audio. OpenCouch receives
+  // only the recognised text, never audio.
+  const Recognition = window.SpeechRecognition || window.webkitSpeechRecognition;
+  const W = { on: false, rec: null, listening: false, speaking: false, utter: null, heard: "", quiet: 0,
+    supported: !!(Recognition && window.speechSynthesis && window.SpeechSynthesisUtterance) };
+  // After this many silent listens in a row, listening pauses.
+  const QUIET_LISTENS = 3;
+
+  function voiceMode(text) { $("voice-mode").textContent = text; $("voice-mode").hidden = !text; }
+
+  // Whose servers the browser's recognition uses, by the browser's name.
+  function recognitionService() {
+    const ua = navigator.userAgent || "";
+    if (/Edg\//.test(ua)) return "Microsoft";
+    if (/(Chrome|Chromium)\//.test(ua)) return "Google";
+    return "";
+  }
+  function whereAudioGoes() {
+    const who = recognitionService();
+    return who
+      ? "Your browser turns your speech into text and sends the audio to " + who + "'s servers to do it."
+      : "Your browser turns your speech into text; some browsers send the audio to their maker's servers to do it.";
+  }
+  function speechHelp() {
+    const who = recognitionService();
+    return "Off until you turn it on. Your browser does the speech recognition, and some browsers send the audio to their maker's servers for it (Chrome sends it to Google)." +
+      (who ? " This browser sends it to " + who + "." : "") +
+      " OpenCouch receives only the text. Replies are read aloud by this device; that stays on it.";
+  }
+
+  // Reply text as it should sound: no markdown marks, links as their words.
+  function spoken(text) {
+    return String(text || "")
+      .replace(/\[([^\]]+)\]\([^)]*\)/g, "$1")
+      .replace(/[*_`#>|~]+/g, "")
+      .replace(/[ \t]+\n/g, "\n")
+      .trim();
+  }
+
+  function setSpeech(on, message) {
+    W.on = on;
+    $("speech").checked = on;
+    document.body.dataset.speech = on ? "on" : "off";
+    $("mic").disabled = on;
+    if (on) {
+      W.quiet = 0;
+      voiceMode("Active: speak and listen. " + whereAudioGoes() + " OpenCouch gets only the text; replies are spoken by this device.");
+      voiceStatus(message || "");
+      listen();
+    } else {
+      const rec = W.rec;
+      W.rec = null; W.listening = false; W.heard = "";
+      if (rec) try { rec.abort(); } catch (e) { /* already stopped */ }
+      stopSpeaking();
+      voiceMode("");
+      voiceStatus(message || "Speak and listen is off.");
+    }
+  }
+
+  function stopSpeaking() {
+    W.utter = null;
+    W.speaking = false;
+    document.body.dataset.speaking = "0";
+    try { window.speechSynthesis.cancel(); } catch (e) { /* nothing to cancel */ }
+  }
+
+  function listen() {
+    if (!W.on || W.listening || W.speaking || S.busy) return;
+    let rec;
+    try { rec = new Recognition(); } catch (e) { setSpeech(false, "Speech recognition could not start. You can keep typing."); return; }
+    rec.lang = navigator.language || "en-US";
+    rec.interimResults = true;
+    rec.continuous = false;
+    rec.maxAlternatives = 1;
+    W.rec = rec; W.listening = true; W.heard = "";
+    rec.onresult = (ev) => {
+      let final = "", interim = "";
+      for (let i = ev.resultIndex || 0; i < ev.results.length; i++) {
+        const r = ev.results[i];
+        if (r.isFinal) final += r[0].transcript; else interim += r[0].transcript;
+      }
+      // What is being heard shows in the message box, on this page only.
+      if (interim && !final) $("message").value = interim.trim();
+      if (final.trim()) W.heard = (W.heard ? W.heard + " " : "") + final.trim();
+    };
+    rec.onerror = (ev) => {
+      const code = ev && ev.error ? ev.error : "error";
+      if (code === "no-speech" || code === "aborted") return;
+      const why = code === "not-allowed" || code === "service-not-allowed" || code === "audio-capture"
+        ? "The microphone or speech recognition is not available (" + code + ")."
+        : code === "network"
+          ? "Your browser's speech recognition service could not be reached."
+          : "Speech recognition stopped (" + code + ").";
+      setSpeech(false, why + " Speak and listen is off; you can keep typing.");
+    };
+    rec.onend = () => {
+      if (W.rec !== rec) return;
+      W.rec = null; W.listening = false;
+      const text = W.heard.trim();
+      W.heard = "";
+      if (!W.on) return;
+      if (text) { W.quiet = 0; speakTurn(text); return; }
+      W.quiet += 1;
+      if (W.quiet >= QUIET_LISTENS) {
+        voiceStatus("Listening paused after a quiet spell. Turn speak and listen off and on to talk again, or type.");
+        return;
+      }
+      listen();
+    };
+    try {
+      rec.start();
+      voiceStatus("Listening…");
+      document.body.dataset.listening = String(Number(document.body.dataset.listening || "0") + 1);
+    } catch (e) {
+      W.rec = null; W.listening = false;
+      setSpeech(false, "Speech recognition could not start. You can keep typing.");
+    }
+  }
+
+  // One spoken turn: the recognised words as an ordinary message, then the
+  // reply read aloud, then listening again.
+  async function speakTurn(text) {
+    if (S.busy) { $("message").value = text; listen(); return; }
+    $("message").value = "";
+    voiceStatus("Sending what you said…");
+    const out = await send(text);
+    if (!W.on) return;
+    const words = out ? spoken(out.response_text) : "";
+    if (!words) { voiceStatus(out ? "" : "That did not go through; you can say it again or type."); listen(); return; }
+    speak(words);
+  }
+
+  function speak(text) {
+    stopSpeaking();
+    const u = new window.SpeechSynthesisUtterance(text);
+    u.lang = navigator.language || "en-US";
+    W.utter = u; W.speaking = true;
+    document.body.dataset.speaking = "1";
+    const done = () => {
+      if (W.utter !== u) return;
+      W.utter = null; W.speaking = false;
+      document.body.dataset.speaking = "0";
+      listen();
+    };
+    u.onend = done;
+    u.onerror = done;
+    voiceStatus("Speaking the reply…");
+    window.speechSynthesis.speak(u);
+  }
+
+  function setupSpeech() {
+    $("speech-switch").hidden = !W.supported;
+    $("speech-help").hidden = !W.supported;
+    if (!W.supported) return;
+    $("speech-help").textContent = speechHelp();
+    $("speech").checked = false;
+    $("speech").addEventListener("change", (e) => {
+      if (e.target.checked && V.pc) { e.target.checked = false; voiceStatus("Hang up the voice call first."); return; }
+      setSpeech(e.target.checked);
+    });
   }
 
   // ---------- end of session ----------
@@ -826,6 +1009,7 @@
     $("plan-delete").addEventListener("click", deletePlan);
     $("end-open").addEventListener("click", () => toggleEndPanel($("end-panel").hidden));
     $("mic").addEventListener("click", () => { if (V.pc) stopVoice(true); else startVoice(); });
+    setupSpeech();
     $("end-panel").addEventListener("keydown", (e) => { if (e.key === "Escape") { toggleEndPanel(false); $("end-open").focus(); } });
     for (const b of document.querySelectorAll("button.end")) b.addEventListener("click", () => endSession(b.dataset.feedback));
   }

@@ -8,17 +8,28 @@
 //! `voice_realtime_session_failed`, `voice_realtime_tool_failed`,
 //! `voice_realtime_turn_policy_failed`, `voice_realtime_turn_record_failed`
 //! or `voice_realtime_end_failed`, never upstream or internal text.
+//!
+//! Each handler is one span (`voice_session`, `voice_tool`,
+//! `voice_turn_policy`, `voice_turn`, `voice_end`, inside the request's
+//! `http_request` span) whose fields are opaque ids, counts and fixed
+//! vocabulary only (the thread as `opaque_id`, the memory mode, the route,
+//! the crisis level, a registered tool's name): never the person's words,
+//! a transcript or a tool's arguments. A crisis answer marks the span with
+//! `opencouch.crisis`, so the exporter keeps its trace.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use opencouch_core::MemoryMode;
+use opencouch_core::telemetry::{CRISIS_ATTRIBUTE, opaque_id};
 use opencouch_runtime::service::{Feedback, VoiceCrisis, VoiceToolCall, VoiceTurn};
 use opencouch_voice::{SessionRequest, VoiceError};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
+use tracing::Span;
+use tracing::field::Empty;
 
 use crate::AppState;
 use crate::chat::{Caller, Owner};
@@ -109,7 +120,42 @@ fn rate_limited(state: &AppState, wait: std::time::Duration) -> Response {
 }
 
 fn crisis_json(c: &VoiceCrisis) -> Value {
-    json!({"level": c.level, "reply": c.reply, "resources": c.resources})
+    json!({"level": c.level, "reply": c.reply, "resources": c.resources, "own_plan": c.own_plan})
+}
+
+/// Records the request's owner and thread (as opaque tags, the thread in
+/// its stored `OWNER:ID` form as the runtime's turn spans tag it) and the
+/// memory mode on the handler's span.
+fn span_thread(owner: Option<&str>, thread: &str, mode: MemoryMode) {
+    let span = Span::current();
+    match owner {
+        Some(o) => {
+            span.record("opencouch.owner", opaque_id(o).as_str());
+            span.record(
+                "opencouch.thread",
+                opaque_id(&format!("{o}:{thread}")).as_str(),
+            );
+        }
+        None => {
+            span.record("opencouch.thread", opaque_id(thread).as_str());
+        }
+    }
+    span.record("opencouch.memory_mode", mode.as_str());
+}
+
+/// The verified owner of a request that may reach the gate without one.
+fn owner_of(caller: &Caller) -> Option<&str> {
+    match caller {
+        Caller::Owner(o) => Some(o.0.as_str()),
+        Caller::Unverified | Caller::Limited(_) => None,
+    }
+}
+
+/// Marks the handler's span as a crisis answer (kept by the exporter).
+fn span_crisis(level: u8) {
+    let span = Span::current();
+    span.record(CRISIS_ATTRIBUTE, true);
+    span.record("opencouch.crisis_level", i64::from(level));
 }
 
 fn bad(state: &AppState, e: ApiError) -> ApiError {
@@ -130,6 +176,16 @@ pub struct SessionBody {
     pub assistant_voice: Option<String>,
 }
 
+#[tracing::instrument(
+    name = "voice_session",
+    skip_all,
+    fields(
+        opencouch.owner = Empty,
+        opencouch.thread = Empty,
+        opencouch.memory_mode = Empty,
+        voice.tool_count = Empty,
+    )
+)]
 pub(crate) async fn session(
     State(state): State<AppState>,
     owner: Owner,
@@ -138,6 +194,7 @@ pub(crate) async fn session(
     let req: SessionBody = parse_required(&body).map_err(|e| bad(&state, e))?;
     let v = voice(&state, Op::Session)?;
     let mode = req.memory_mode.unwrap_or(MemoryMode::Incognito);
+    span_thread(Some(&owner.0), &req.thread_id, mode);
     let minted = v
         .session(
             &owner.caller(),
@@ -149,6 +206,10 @@ pub(crate) async fn session(
         )
         .await
         .map_err(|e| api_error(&state, Op::Session, e))?;
+    let tool_count = minted.session_config["tools"]
+        .as_array()
+        .map_or(0, Vec::len);
+    Span::current().record("voice.tool_count", tool_count);
     let calls_url = v
         .realtime_base()
         .map(|b| format!("{b}/realtime/calls"))
@@ -184,6 +245,17 @@ pub struct ToolBody {
     pub arguments: Value,
 }
 
+#[tracing::instrument(
+    name = "voice_tool",
+    skip_all,
+    fields(
+        opencouch.owner = Empty,
+        opencouch.thread = Empty,
+        opencouch.memory_mode = Empty,
+        gen_ai.tool.name = Empty,
+        voice.tool_ok = Empty,
+    )
+)]
 pub(crate) async fn tools(
     State(state): State<AppState>,
     owner: Owner,
@@ -191,6 +263,9 @@ pub(crate) async fn tools(
 ) -> Result<Response, ApiError> {
     let req: ToolBody = parse_required(&body).map_err(|e| bad(&state, e))?;
     let v = voice(&state, Op::Tool)?;
+    let mode = req.memory_mode.unwrap_or(MemoryMode::Incognito);
+    span_thread(Some(&owner.0), &req.thread_id, mode);
+    let tool_name = req.tool_name.clone();
     let arguments = match req.arguments {
         Value::String(s) if s.trim().is_empty() => Value::Null,
         Value::String(s) => serde_json::from_str(&s).map_err(|_| {
@@ -210,7 +285,7 @@ pub(crate) async fn tools(
             &owner.caller(),
             VoiceToolCall {
                 thread_id: req.thread_id,
-                memory_mode: req.memory_mode.unwrap_or(MemoryMode::Incognito),
+                memory_mode: mode,
                 current_user_message: req.current_user_message,
                 tool_name: req.tool_name,
                 arguments,
@@ -218,6 +293,13 @@ pub(crate) async fn tools(
         )
         .await
         .map_err(|e| api_error(&state, Op::Tool, e))?;
+    // Only a name the service ran (an unknown one is refused above).
+    let span = Span::current();
+    span.record(
+        opencouch_core::telemetry::genai::TOOL_NAME,
+        tool_name.as_str(),
+    );
+    span.record("voice.tool_ok", output["ok"] != json!(false));
     Ok(Json(json!({"output": output})).into_response())
 }
 
@@ -234,6 +316,19 @@ pub struct PolicyBody {
     _transcript: Option<IgnoredAny>,
 }
 
+#[tracing::instrument(
+    name = "voice_turn_policy",
+    skip_all,
+    fields(
+        opencouch.owner = Empty,
+        opencouch.thread = Empty,
+        opencouch.memory_mode = Empty,
+        opencouch.route = Empty,
+        opencouch.crisis = Empty,
+        opencouch.crisis_level = Empty,
+        voice.audit_notice = Empty,
+    )
+)]
 pub(crate) async fn turn_policy(
     State(state): State<AppState>,
     caller: Caller,
@@ -242,6 +337,7 @@ pub(crate) async fn turn_policy(
     let req: PolicyBody = parse_required(&body).map_err(|e| bad(&state, e))?;
     let v = voice(&state, Op::Policy)?;
     let mode = req.memory_mode.unwrap_or(MemoryMode::Incognito);
+    span_thread(owner_of(&caller), &req.thread_id, mode);
     let answer = v
         .policy(
             &caller.service_caller(),
@@ -252,6 +348,12 @@ pub(crate) async fn turn_policy(
         .await
         .map_err(|e| api_error(&state, Op::Policy, e))?;
     let p = &answer.policy;
+    let span = Span::current();
+    span.record("opencouch.route", p.route.as_str());
+    span.record("voice.audit_notice", answer.audit_notice.is_some());
+    if let Some(c) = p.crisis.as_ref().or(answer.audit_notice.as_ref()) {
+        span_crisis(c.level);
+    }
     if let Caller::Limited(wait) = caller
         && p.crisis.is_none()
     {
@@ -305,6 +407,23 @@ pub struct TurnBody {
     _response_style: Option<IgnoredAny>,
 }
 
+#[tracing::instrument(
+    name = "voice_turn",
+    skip_all,
+    fields(
+        opencouch.owner = Empty,
+        opencouch.thread = Empty,
+        opencouch.memory_mode = Empty,
+        opencouch.route = Empty,
+        opencouch.crisis = Empty,
+        opencouch.crisis_level = Empty,
+        voice.tool_calls = Empty,
+        voice.recorded = Empty,
+        voice.missed_crisis = Empty,
+        voice.message_count = Empty,
+        voice.audit_notice = Empty,
+    )
+)]
 pub(crate) async fn turn(
     State(state): State<AppState>,
     caller: Caller,
@@ -312,6 +431,9 @@ pub(crate) async fn turn(
 ) -> Result<Response, ApiError> {
     let req: TurnBody = parse_required(&body).map_err(|e| bad(&state, e))?;
     let v = voice(&state, Op::Record)?;
+    let mode = req.memory_mode.unwrap_or(MemoryMode::Incognito);
+    span_thread(owner_of(&caller), &req.thread_id, mode);
+    Span::current().record("voice.tool_calls", req.tool_calls.len());
     let calls = opencouch_voice::parse_calls(
         req.tool_calls
             .iter()
@@ -324,7 +446,7 @@ pub(crate) async fn turn(
             &caller.service_caller(),
             VoiceTurn {
                 thread_id: req.thread_id,
-                memory_mode: req.memory_mode.unwrap_or(MemoryMode::Incognito),
+                memory_mode: mode,
                 user_text: req.user_text,
                 assistant_text: req.assistant_text,
                 tool_calls: calls,
@@ -333,6 +455,16 @@ pub(crate) async fn turn(
         .await
         .map_err(|e| api_error(&state, Op::Record, e))?;
     let r = &answer.recorded;
+    let span = Span::current();
+    span.record("opencouch.route", r.route.as_str());
+    span.record("voice.recorded", r.recorded);
+    span.record("voice.missed_crisis", r.missed_crisis);
+    span.record("voice.message_count", r.message_count);
+    span.record("voice.audit_notice", answer.audit_notice.is_some());
+    span.record("opencouch.crisis_level", i64::from(r.level));
+    if let Some(c) = r.crisis.as_ref().or(answer.audit_notice.as_ref()) {
+        span_crisis(c.level);
+    }
     if let Caller::Limited(wait) = caller
         && r.crisis.is_none()
     {
@@ -363,6 +495,17 @@ pub struct EndBody {
     pub feedback: Option<Feedback>,
 }
 
+#[tracing::instrument(
+    name = "voice_end",
+    skip_all,
+    fields(
+        opencouch.owner = Empty,
+        opencouch.thread = Empty,
+        opencouch.memory_mode = Empty,
+        voice.feedback = Empty,
+        voice.finalized = Empty,
+    )
+)]
 pub(crate) async fn end(
     State(state): State<AppState>,
     owner: Owner,
@@ -371,6 +514,8 @@ pub(crate) async fn end(
     let req: EndBody = parse_json(&body, false).map_err(|e| bad(&state, e))?;
     let v = voice(&state, Op::End)?;
     let mode = req.memory_mode.unwrap_or(MemoryMode::Incognito);
+    span_thread(Some(&owner.0), &req.thread_id, mode);
+    Span::current().record("voice.feedback", req.feedback.is_some());
     let caller = owner.caller();
     if state
         .service()
@@ -385,6 +530,7 @@ pub(crate) async fn end(
         .end(&caller, &req.thread_id, mode, req.feedback)
         .await
         .map_err(|e| api_error(&state, Op::End, e))?;
+    Span::current().record("voice.finalized", outcome.finalized);
     let summary = outcome.summary.as_ref();
     Ok(Json(json!({
         "finalized": outcome.finalized,

@@ -423,7 +423,7 @@ async fn each_of_the_seventeen_tools_runs_through_the_service() {
         .as_array()
         .unwrap()
         .len();
-    assert!((1..13).contains(&listed), "{listed}");
+    assert_eq!(listed, 10, "the ten voice-suited exercises");
     // No exercise is active: the exercise tools refuse with no effect.
     assert_eq!(
         out("load_guided_exercise_skill")["error"],
@@ -797,4 +797,354 @@ async fn over_the_rate_limit_a_crisis_still_gets_its_answer() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["recorded"], false);
     assert!(!body["crisis"]["resources"].as_array().unwrap().is_empty());
+}
+
+async fn policy_in(f: &common::Fixture, mode: &str, thread: &str, text: &str) -> Value {
+    let (status, body) = post(
+        f,
+        "/api/voice/realtime/turn-policy",
+        &f.alice,
+        json!({"thread_id": thread, "memory_mode": mode, "user_text": text}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn an_exercise_starts_by_voice_only_when_it_suits_voice() {
+    let (f, _fake) = voice_fixture().await;
+    // An explicit request for a voice-suited exercise starts it.
+    let p = policy(&f, "e1", "can we do box breathing").await;
+    assert_eq!(p["route"], "guided_exercise", "{p}");
+    assert_eq!(p["response_style"], "guided_exercise");
+    assert_eq!(p["required_tool_name"], "load_guided_exercise_skill");
+    let instructions = p["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("expected_skill_id=grounding_box_breathing"),
+        "{instructions}"
+    );
+    // The exercise tools now work on it, through the service.
+    let call_tool = |name: &str, args: Value| {
+        post(
+            &f,
+            "/api/voice/realtime/tools",
+            &f.alice,
+            json!({"thread_id": "e1", "memory_mode": "persistent",
+                   "current_user_message": "can we do box breathing",
+                   "tool_name": name, "arguments": args}),
+        )
+    };
+    let (_, body) = call_tool("load_guided_exercise_skill", json!({})).await;
+    assert_eq!(body["output"]["ok"], true, "{body}");
+    assert!(!body["output"]["skill"].as_str().unwrap().is_empty());
+    let snap =
+        f.rt.stores()
+            .threads
+            .load("alice:e1", 0)
+            .await
+            .unwrap()
+            .unwrap();
+    let active = snap.state.exercise_state.expect("the exercise is active");
+    assert_eq!(active.exercise_type, "grounding_box_breathing");
+    let step = active.exercise_step_id.clone();
+    // Partial is a voice-only outcome: accepted here.
+    let (_, body) = call_tool(
+        "record_guided_exercise_progress",
+        json!({"outcome": "partial", "expected_skill_id": "grounding_box_breathing",
+               "expected_step_id": step}),
+    )
+    .await;
+    assert_eq!(body["output"]["ok"], true, "{body}");
+    // The recorded exchange is on the exercise route, and the next policy
+    // continues the exercise rather than starting another.
+    let r = record(
+        &f,
+        "e1",
+        "can we do box breathing",
+        "Let's breathe in for four.",
+        json!([
+            {"tool_name": "load_guided_exercise_skill", "status": "completed"}
+        ]),
+    )
+    .await;
+    assert_eq!(r["route"], "guided_exercise", "{r}");
+    let p = policy(&f, "e1", "ok I breathed in").await;
+    assert_eq!(p["route"], "guided_exercise");
+    assert_eq!(p["required_tool_name"], Value::Null);
+    assert!(p["instructions"].as_str().unwrap().contains("is active"));
+
+    // An exercise that does not suit voice is declined and nothing starts.
+    let p = policy(&f, "e2", "can we do leaves on a stream").await;
+    assert_eq!(p["route"], "therapeutic", "{p}");
+    assert!(
+        p["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("does not work well by voice"),
+        "{p}"
+    );
+    let (_, body) = post(
+        &f,
+        "/api/voice/realtime/tools",
+        &f.alice,
+        json!({"thread_id": "e2", "memory_mode": "persistent", "current_user_message": "x",
+               "tool_name": "load_guided_exercise_skill", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(body["output"]["error"], "no_active_exercise", "{body}");
+
+    // Without consent nothing starts; a fitting exercise may be offered.
+    let p = policy(&f, "e3", "I feel so anxious, my heart is racing").await;
+    assert_eq!(p["required_tool_name"], Value::Null, "{p}");
+    assert_ne!(p["route"], "guided_exercise", "{p}");
+
+    // In incognito the start works the same (nothing is kept past the
+    // process).
+    let p = policy_in(&f, "incognito", "e4", "let's do the 5-4-3-2-1 grounding").await;
+    assert_eq!(p["route"], "guided_exercise", "{p}");
+}
+
+#[tokio::test]
+async fn a_voice_crisis_carries_the_persons_own_safety_plan_as_text_does() {
+    let (f, _fake) = voice_fixture().await;
+    let plan = json!({
+        "coping": ["cold water on my face"],
+        "people": [{"name": "my sister Wilhelmina", "phone": "+44 7700 900123"}],
+        "reasons_to_live": ["my dog Pretzel"]
+    });
+    let (status, _) = call(
+        &f.app,
+        Method::PUT,
+        "/api/safety-plan",
+        Some(&f.alice),
+        Some(&plan.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The policy's crisis answer shows the plan before the lines; the live
+    // model is only told that there is one.
+    let p = policy(&f, "s1", CRISIS).await;
+    assert_eq!(p["crisis"]["own_plan"], true, "{p}");
+    let reply = p["crisis"]["reply"].as_str().unwrap();
+    assert!(reply.contains("my sister Wilhelmina"), "{reply}");
+    let first_line = p["crisis"]["resources"][0]["name"].as_str().unwrap();
+    assert!(
+        reply.find("Wilhelmina").unwrap() < reply.find(first_line).unwrap(),
+        "{reply}"
+    );
+    let instructions = p["instructions"].as_str().unwrap();
+    assert!(instructions.contains("own safety plan"), "{instructions}");
+    assert!(!instructions.contains("Wilhelmina"), "{instructions}");
+
+    // Recording the crisis turn: shown with the plan, stored with the
+    // placeholder only.
+    let r = record(&f, "s1", CRISIS, "I'm here with you.", json!([])).await;
+    assert_eq!(r["crisis"]["own_plan"], true, "{r}");
+    assert!(
+        r["crisis"]["reply"]
+            .as_str()
+            .unwrap()
+            .contains("Wilhelmina")
+    );
+    let (_, hist) = call(
+        &f.app,
+        Method::GET,
+        "/api/threads/s1/history",
+        Some(&f.alice),
+        None,
+    )
+    .await;
+    let stored = hist.to_string();
+    assert!(!stored.contains("Wilhelmina"), "{stored}");
+    assert!(stored.contains("safety plan was shown here"), "{stored}");
+
+    // Incognito follows the text path: no plan.
+    let p = policy_in(&f, "incognito", "s2", CRISIS).await;
+    assert_eq!(p["crisis"]["own_plan"], false, "{p}");
+    assert!(
+        !p["crisis"]["reply"]
+            .as_str()
+            .unwrap()
+            .contains("Wilhelmina")
+    );
+    // Another person's crisis answer has no plan of alice's.
+    let (_, p) = post(
+        &f,
+        "/api/voice/realtime/turn-policy",
+        &f.bob,
+        json!({"thread_id": "s3", "memory_mode": "persistent", "user_text": CRISIS}),
+    )
+    .await;
+    assert_eq!(p["crisis"]["own_plan"], false, "{p}");
+}
+
+#[tokio::test]
+async fn ending_by_voice_is_recorded_as_voice() {
+    let (f, _fake) = voice_fixture().await;
+    record(
+        &f,
+        "n1",
+        "work was long today",
+        "That sounds tiring.",
+        json!([]),
+    )
+    .await;
+    // The crisis records of a voice turn carry the voice modality.
+    record(&f, "n1", CRISIS, "I'm here.", json!([])).await;
+    let active =
+        f.rt.stores()
+            .sessions
+            .get("alice:n1")
+            .await
+            .unwrap()
+            .unwrap();
+    let session = format!(
+        "{}:{}",
+        active.thread_id,
+        active.started_at.timestamp_millis()
+    );
+    let rows =
+        f.rt.stores()
+            .crisis
+            .list_for_session(&opencouch_store::opaque_session_id(Some(&session)))
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.len(),
+        2,
+        "a crisis response and a missed-crisis record"
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r.trace_runtime_mode == opencouch_store::TraceRuntimeMode::Voice),
+        "{rows:?}"
+    );
+
+    let (status, end) = post(
+        &f,
+        "/api/voice/realtime/end",
+        &f.alice,
+        json!({"thread_id": "n1", "memory_mode": "persistent", "feedback": "negative"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{end}");
+    assert_eq!(end["finalized"], true);
+    assert_eq!(end["feedback_recorded"], true);
+    let feedback = f.rt.stores().owners.owner_feedback("alice").await.unwrap();
+    assert_eq!(feedback.len(), 1, "{feedback:?}");
+    assert_eq!(
+        feedback[0].source,
+        opencouch_store::FeedbackSource::VoiceEnd
+    );
+    let status = f.rt.stores().voice.get("alice:n1").await.unwrap().unwrap();
+    assert_eq!(
+        status.status,
+        opencouch_store::VoiceFinalizationState::Completed
+    );
+    assert_eq!(status.detail.as_deref(), Some("finalized"));
+    // The text route still records its own source.
+    record(&f, "n2", "hello", "Hi.", json!([])).await;
+    let (status, _) = post(
+        &f,
+        "/api/threads/n2/end",
+        &f.alice,
+        json!({"feedback": "positive", "memory_mode": "persistent"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let feedback = f.rt.stores().owners.owner_feedback("alice").await.unwrap();
+    assert_eq!(feedback[1].source, opencouch_store::FeedbackSource::ApiEnd);
+    assert!(f.rt.stores().voice.get("alice:n2").await.unwrap().is_none());
+}
+
+/// Log lines of a test's own subscriber.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn the_voice_routes_are_spans_with_opaque_fields_and_no_words() {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    // This test's thread only (the runtime is current-thread).
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (f, _fake) = voice_fixture().await;
+    let sentinel = "zebra-quartz-sentinel";
+    let words = format!("I want to kill myself tonight, I have the pills right here {sentinel}");
+    policy(&f, "o1", &words).await;
+    record(
+        &f,
+        "o1",
+        &words,
+        &format!("I'm here {sentinel}"),
+        json!([{"tool_name": "lookup_crisis_resources", "status": "completed"}]),
+    )
+    .await;
+    let (status, _) = tool(
+        &f,
+        "persistent",
+        &format!("remember {sentinel}"),
+        "show_memory_status",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    post(
+        &f,
+        "/api/voice/realtime/end",
+        &f.alice,
+        json!({"thread_id": "o1", "memory_mode": "persistent", "feedback": "skip"}),
+    )
+    .await;
+    let text = logs.text();
+    for name in ["voice_turn_policy", "voice_turn", "voice_tool", "voice_end"] {
+        assert!(
+            text.contains(&format!("{name}{{")),
+            "{name} span in:\n{text}"
+        );
+    }
+    let thread_tag = opencouch_core::telemetry::opaque_id("alice:o1");
+    assert!(
+        text.contains(&format!("opencouch.thread={thread_tag}")),
+        "{text}"
+    );
+    assert!(text.contains("opencouch.crisis=true"), "{text}");
+    assert!(
+        text.contains("gen_ai.tool.name=\"show_memory_status\"")
+            || text.contains("gen_ai.tool.name=show_memory_status"),
+        "{text}"
+    );
+    assert!(text.contains("voice.tool_calls=1"), "{text}");
+    // Never the words, and never the raw ids.
+    assert!(!text.contains(sentinel), "{text}");
+    assert!(!text.contains("alice:o1"), "{text}");
 }

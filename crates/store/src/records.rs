@@ -60,7 +60,11 @@ opencouch_core::string_enum! {
 
 opencouch_core::string_enum! {
     /// Where session feedback was given.
-    pub enum FeedbackSource: "feedback_source" { CliEnd = "cli_end", CliExit = "cli_exit", ApiEnd = "api_end" }
+    pub enum FeedbackSource: "feedback_source" {
+        CliEnd = "cli_end", CliExit = "cli_exit", ApiEnd = "api_end",
+        /// A voice session's end (`POST /api/voice/realtime/end`).
+        VoiceEnd = "voice_end",
+    }
 }
 
 opencouch_core::string_enum! {

@@ -821,17 +821,27 @@ async fn feedback_and_voice(s: &Stores) {
         FeedbackSource::CliExit,
     );
     s.feedback.append(&g).await.expect("append");
+    // A voice session's end has its own source (migration 0008).
+    let v = FeedbackRecord::new(
+        Some("sess"),
+        Some("u".into()),
+        t0(),
+        FeedbackLabel::Negative,
+        3,
+        FeedbackSource::VoiceEnd,
+    );
+    s.feedback.append(&v).await.expect("append voice_end");
     assert!(matches!(
         s.feedback.append(&f).await,
         Err(StoreError::Conflict { .. })
     ));
-    assert_eq!(s.feedback.count().await.expect("count"), 2);
+    assert_eq!(s.feedback.count().await.expect("count"), 3);
     assert_eq!(
         s.feedback
             .list_for_session(&opaque_session_id(Some("sess")))
             .await
             .expect("list"),
-        vec![f, g]
+        vec![f, g, v]
     );
 
     assert!(s.voice.get("v").await.expect("get").is_none());

@@ -273,7 +273,8 @@ impl Voice {
     }
 
     /// Ends the thread's session through the same path as text (summary,
-    /// memory promotion, feedback).
+    /// memory promotion, feedback), ended via voice: the feedback's source
+    /// is `voice_end` and the thread's voice finalization status is kept.
     ///
     /// # Errors
     /// The service's errors.
@@ -286,7 +287,7 @@ impl Voice {
     ) -> Result<EndSessionOutcome, VoiceError> {
         Ok(self
             .service
-            .end_session(caller, thread, mode, feedback, EndedVia::Api)
+            .end_session(caller, thread, mode, feedback, EndedVia::Voice)
             .await?)
     }
 

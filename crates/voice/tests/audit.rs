@@ -53,6 +53,7 @@ impl Gated {
                     level: 2,
                     reply: "verified reply".into(),
                     resources: vec![serde_json::json!({"name": "line"})],
+                    own_plan: false,
                 })
             }) as CheckFuture
         })

@@ -338,7 +338,7 @@ pub struct ExportFeedback {
     pub label: String,
     /// User turns in the session.
     pub turn_count_at_end: u64,
-    /// Where: `cli_end`, `cli_exit` or `api_end`.
+    /// Where: `cli_end`, `cli_exit`, `api_end` or `voice_end`.
     pub source: String,
 }
 

@@ -241,6 +241,10 @@ pub enum EndedVia {
     TerminalExit,
     /// `POST /api/threads/{id}/end` (and other API channels).
     Api,
+    /// A voice session's end (`POST /api/voice/realtime/end`): its
+    /// feedback is recorded as `voice_end`, and the thread's voice
+    /// finalization status goes from in progress to completed or failed.
+    Voice,
 }
 
 impl From<EndedVia> for opencouch_store::FeedbackSource {
@@ -249,6 +253,7 @@ impl From<EndedVia> for opencouch_store::FeedbackSource {
             EndedVia::Terminal => opencouch_store::FeedbackSource::CliEnd,
             EndedVia::TerminalExit => opencouch_store::FeedbackSource::CliExit,
             EndedVia::Api => opencouch_store::FeedbackSource::ApiEnd,
+            EndedVia::Voice => opencouch_store::FeedbackSource::VoiceEnd,
         }
     }
 }

@@ -34,7 +34,9 @@ use opencouch_prompts::tools::{
     LIST_EXERCISES, LOAD_EXERCISE_SKILL, LOOKUP_CRISIS_RESOURCES, RECORD_EXERCISE_PROGRESS,
 };
 use opencouch_prompts::{GROUNDED_LOOKUP_TOOL, RESPONSE_SKILL_TOOL};
-use opencouch_store::{CrisisEventType, CrisisRecord, ResponsePath, SessionWrite, TurnCommit};
+use opencouch_store::{
+    CrisisEventType, CrisisRecord, ResponsePath, SessionWrite, TraceRuntimeMode, TurnCommit,
+};
 use serde_json::{Value, json};
 
 use super::api::Service;
@@ -140,8 +142,12 @@ pub struct VoiceTurn {
 #[derive(Debug, Clone, PartialEq)]
 pub struct VoiceCrisis {
     pub level: u8,
+    /// The reply to show: with the person's own safety plan before the
+    /// verified lines when they have one (as the text crisis reply).
     pub reply: String,
     pub resources: Vec<Value>,
+    /// Whether `reply` carries the person's own safety plan.
+    pub own_plan: bool,
 }
 
 /// The route for the person's latest words.
@@ -240,9 +246,39 @@ fn crisis_answer_for(
             level: assessment.level.get(),
             reply: outcome.text.clone(),
             resources: outcome.resources.clone(),
+            own_plan: false,
         },
         outcome,
     )
+}
+
+/// Puts the person's own safety plan into a voice crisis answer, as the
+/// text crisis reply carries it (`crate::safety_plan::with_plan`: their
+/// steps and contacts before the verified lines): read from the runtime's
+/// plan store within the crisis bound, so incognito (whose runtime has no
+/// plan store) shows none, as in text, and a caller without an owner (gate
+/// only) gets none. Returns the stored form of the reply (the plan as its
+/// placeholder) when the plan was added; `crisis.reply` becomes the shown
+/// form.
+async fn add_own_plan(
+    rt: &Runtime,
+    owner: Option<&str>,
+    crisis: &mut VoiceCrisis,
+    diag: &mut Diagnostics,
+) -> Option<String> {
+    let owner = owner?;
+    let plan = crate::safety_plan::load_for_crisis(
+        rt.inner.ports.memory.safety_plans.as_ref(),
+        owner,
+        rt.options().storage_crisis_bound,
+        diag,
+    )
+    .await?;
+    let (shown, stored) = crate::safety_plan::with_plan(&crisis.reply, &plan, &crisis.resources)?;
+    crisis.reply = shown;
+    crisis.own_plan = true;
+    diag.set("safety_plan", "shown");
+    Some(stored)
 }
 
 /// Every number the reviewed directory holds (lines, texts, emergency
@@ -298,6 +334,86 @@ fn inferred_plan(level: CrisisLevel, calls: &[VoiceCall], exercise_active: bool)
         secondary_route: None,
         clarification_kind: Default::default(),
     }
+}
+
+/// What the person's words ask of the exercises, read by the text
+/// turn's deterministic triage (the same start and consent rules), limited
+/// to the exercises voice can deliver.
+#[derive(Debug, Clone, Copy)]
+enum ExerciseRequest {
+    /// No exercise is asked for or suggested.
+    None,
+    /// An explicit request, or a yes to an offer the assistant made: a
+    /// voice-suited exercise starts.
+    Start(&'static opencouch_exercises::Exercise),
+    /// A start for an exercise that does not suit voice: nothing starts.
+    NotForVoice(&'static opencouch_exercises::Exercise),
+    /// No consent, but a voice-suited exercise fits: it may be offered.
+    Offer(&'static opencouch_exercises::Exercise),
+}
+
+fn voice_exercise_request(history: &[Message], user_text: &str) -> ExerciseRequest {
+    let ctx = crate::triage::TriageContext {
+        history,
+        exercise_active: false,
+        pending_memory_action: None,
+        undo_available: false,
+    };
+    let d = crate::triage::deterministic(ctx, user_text);
+    let Some(ex) = d
+        .exercise_type
+        .as_deref()
+        .and_then(|id| opencouch_exercises::Catalog::builtin().get(id))
+    else {
+        return ExerciseRequest::None;
+    };
+    let fits = ex.fits_channel(Channel::Voice);
+    let starts = d.active_flow_action == opencouch_core::state::FlowAction::Start;
+    match (starts, fits) {
+        (true, true) => ExerciseRequest::Start(ex),
+        (true, false) => ExerciseRequest::NotForVoice(ex),
+        (false, true) => ExerciseRequest::Offer(ex),
+        (false, false) => ExerciseRequest::None,
+    }
+}
+
+/// Starts `exercise` on the thread (its first step saved in the thread's
+/// state under the thread lock, as a text turn's start is); an exercise
+/// another request started meanwhile is kept and returned instead.
+async fn start_exercise(
+    rt: &Runtime,
+    stored: &str,
+    exercise: &opencouch_exercises::Exercise,
+) -> Result<opencouch_core::exercise::ExerciseState, ServiceError> {
+    let inner = &rt.inner;
+    let guard = inner.stores.lock_thread(stored).await?;
+    let snap = inner.stores.threads.load(stored, 0).await?;
+    let mut state = match snap {
+        Some(s) => s.state,
+        None => ThreadState::new(stored, Channel::Voice),
+    };
+    if let Some(active) = state.exercise_state.clone() {
+        drop(guard);
+        return Ok(active);
+    }
+    let started = exercise.start(None);
+    state.apply(opencouch_core::state::StateDelta {
+        exercise: ExerciseUpdate::Set(started.clone()),
+        ..Default::default()
+    });
+    inner
+        .stores
+        .threads
+        .commit_turn(TurnCommit {
+            state,
+            append: Vec::new(),
+            session: SessionWrite::Keep,
+            at: Utc::now(),
+        })
+        .await?;
+    drop(guard);
+    tracing::info!(exercise = exercise.id.as_str(), "voice exercise started");
+    Ok(started)
 }
 
 fn crisis_plan() -> RoutePlan {
@@ -404,12 +520,19 @@ impl Service {
     }
 
     /// The deterministic route for the person's latest words, read with the
-    /// thread's history and open crisis episode (nothing is written):
-    /// crisis (level ≥ 2 or an open episode) → `lookup_crisis_resources`
-    /// required and the verified resources in the answer; a pending
-    /// deletion → memory control; a lookup request →
-    /// `answer_grounded_lookup` required; else therapeutic (continuing an
-    /// active exercise; level 1 asks one gentle safety question).
+    /// thread's history and open crisis episode: crisis (level ≥ 2 or an
+    /// open episode) → `lookup_crisis_resources` required and the verified
+    /// resources in the answer, with the person's own safety plan as the
+    /// text crisis reply shows it; a pending deletion → memory control; a
+    /// lookup request → `answer_grounded_lookup` required; an active
+    /// exercise → guided exercise (continue it); an exercise request the
+    /// text turn's triage would start (an explicit request, or a yes to the
+    /// assistant's offer) → that exercise starts when it is one of the ten
+    /// that suit voice (the one write this call makes: the exercise's first
+    /// step in the thread's state) and `load_guided_exercise_skill` is
+    /// required, while one that does not suit voice is declined kindly;
+    /// else therapeutic (an exercise that would fit may be offered; level 1
+    /// asks one gentle safety question).
     ///
     /// # Errors
     /// `invalid_thread_id`, `invalid_input`, storage failures.
@@ -450,17 +573,28 @@ impl Service {
         let level = level_of(&verdict);
         if level.needs_crisis_response() {
             let country = episode.as_ref().and_then(|e| e.country_code.as_deref());
-            let (crisis, _) = crisis_answer(&verdict, &history, user_text, country);
+            let (mut crisis, _) = crisis_answer(&verdict, &history, user_text, country);
+            let owner = caller.memory_owner(&stored);
+            add_own_plan(&rt, owner.as_deref(), &mut crisis, &mut Diagnostics::new()).await;
+            let mut instructions = "This is a crisis turn. Call lookup_crisis_resources first and give only the \
+                verified lines it returns; never invent a number, name or address. Speak slowly and \
+                warmly, in two or three short sentences: acknowledge what they said, ask whether they \
+                are safe right now, and encourage them to contact one of the verified lines now. The \
+                app shows the same lines on screen."
+                .to_owned();
+            if crisis.own_plan {
+                // The plan's words stay on the screen; the model only
+                // knows that there is one.
+                instructions.push_str(
+                    " The person has their own safety plan, and the app shows it on screen above the \
+                     lines: gently invite them to look at it and take its first step.",
+                );
+            }
             return Ok(VoicePolicy {
                 route: Route::Crisis,
                 style: ResponseStyle::CrisisResponse,
                 required_tool: Some(LOOKUP_CRISIS_RESOURCES),
-                instructions: "This is a crisis turn. Call lookup_crisis_resources first and give only the \
-                    verified lines it returns; never invent a number, name or address. Speak slowly and \
-                    warmly, in two or three short sentences: acknowledge what they said, ask whether they \
-                    are safe right now, and encourage them to contact one of the verified lines now. The \
-                    app shows the same lines on screen."
-                    .to_owned(),
+                instructions,
                 crisis: Some(crisis),
             });
         }
@@ -491,7 +625,31 @@ impl Service {
                 crisis: None,
             });
         }
-        let exercise = state.as_ref().and_then(|s| s.exercise_state.clone());
+        let mut exercise = state.as_ref().and_then(|s| s.exercise_state.clone());
+        let mut offer = None;
+        if exercise.is_none() && level.get() == 0 {
+            match voice_exercise_request(&history, user_text) {
+                ExerciseRequest::Start(ex) if !matches!(caller, Caller::GateOnly(_)) => {
+                    exercise = Some(start_exercise(&rt, &stored, ex).await?);
+                }
+                ExerciseRequest::NotForVoice(ex) => {
+                    return Ok(VoicePolicy {
+                        route: Route::Therapeutic,
+                        style: ResponseStyle::Supportive,
+                        required_tool: None,
+                        instructions: format!(
+                            "The person asked for the exercise \"{}\", which does not work well by voice. Say \
+                             so kindly in one sentence, suggest doing it in the text chat, and offer one of the \
+                             exercises list_guided_exercise_skills returns instead. Start nothing now.",
+                            ex.display_name
+                        ),
+                        crisis: None,
+                    });
+                }
+                ExerciseRequest::Offer(ex) => offer = Some(ex),
+                _ => {}
+            }
+        }
         let (style, instructions) = if level.get() == 1 {
             (
                 ResponseStyle::Clarifying,
@@ -500,13 +658,38 @@ impl Service {
                     .to_owned(),
             )
         } else if let Some(ex) = exercise {
-            (
-                ResponseStyle::GuidedExercise,
+            let starting = state.as_ref().is_none_or(|s| s.exercise_state.is_none());
+            let instructions = if starting {
+                format!(
+                    "The person asked for a guided exercise and it starts now ({}, first step {}; the app \
+                     chose it and it suits voice). Call load_guided_exercise_skill for the step's \
+                     guidance, introduce the exercise in one or two short spoken sentences and give only \
+                     the first step. On later turns report their progress with \
+                     record_guided_exercise_progress (expected_skill_id={}, expected_step_id={}).",
+                    ex.exercise_type, ex.exercise_step_id, ex.exercise_type, ex.exercise_step_id
+                )
+            } else {
                 format!(
                     "A guided exercise is active ({}, step {}). Call load_guided_exercise_skill for the \
                      step's guidance and continue it; report the person's progress with \
                      record_guided_exercise_progress (expected_skill_id={}, expected_step_id={}).",
                     ex.exercise_type, ex.exercise_step_id, ex.exercise_type, ex.exercise_step_id
+                )
+            };
+            return Ok(VoicePolicy {
+                route: Route::GuidedExercise,
+                style: ResponseStyle::GuidedExercise,
+                required_tool: starting.then_some(LOAD_EXERCISE_SKILL),
+                instructions,
+                crisis: None,
+            });
+        } else if let Some(ex) = offer {
+            (
+                ResponseStyle::Supportive,
+                format!(
+                    "Answer warmly and briefly in spoken language. If it fits, offer the exercise \"{}\" in \
+                     one sentence, for example: \"{}\" Start it only after the person's clear yes.",
+                    ex.display_name, ex.offer
                 ),
             )
         } else {
@@ -831,6 +1014,11 @@ impl Service {
         } else {
             None
         };
+        let mut crisis = crisis;
+        if let Some((c, _)) = crisis.as_mut() {
+            let owner = caller.memory_owner(&stored);
+            add_own_plan(&rt, owner.as_deref(), c, &mut Diagnostics::new()).await;
+        }
         if missed && let Some((_, outcome)) = &crisis {
             let session_id = format!("{stored}:voice-audit");
             let mut record = missed_record(&rt, caller, &session_id, outcome, &[]);
@@ -887,6 +1075,7 @@ fn missed_record(
         "voice post-turn check: crisis not answered on the crisis route",
     );
     record.event_type = CrisisEventType::VoiceMissedCrisis;
+    record.trace_runtime_mode = TraceRuntimeMode::Voice;
     record.response_path = ResponsePath::NotRouted;
     record.response_node_completed = false;
     record.tool_calls = calls.iter().map(|c| c.name.clone()).collect();
@@ -943,10 +1132,12 @@ async fn record_exchange(
                 "the voice turn could not be recorded",
             ));
         }
-        let (crisis, outcome) = crisis_answer(&verdict, &[], &input.message, None);
+        let (mut crisis, outcome) = crisis_answer(&verdict, &[], &input.message, None);
+        let owner = (!gate_only).then(|| input.owner_id().to_owned());
+        add_own_plan(rt, owner.as_deref(), &mut crisis, &mut Diagnostics::new()).await;
         let session_id = format!("{}:unsaved", input.thread_id);
         if let Some(info) = &outcome.crisis {
-            let record = crate::audit::crisis_record(
+            let mut record = crate::audit::crisis_record(
                 rt.memory_mode(),
                 input.user_id.as_deref(),
                 &session_id,
@@ -955,6 +1146,7 @@ async fn record_exchange(
                 outcome.style,
                 Utc::now(),
             );
+            record.trace_runtime_mode = TraceRuntimeMode::Voice;
             crate::audit::append_crisis(
                 &*inner.stores.crisis,
                 &record,
@@ -989,8 +1181,15 @@ async fn record_exchange(
         let country = open_episode
             .as_ref()
             .and_then(|e| e.country_code.as_deref());
-        let (crisis, mut outcome) =
+        let (mut crisis, mut outcome) =
             crisis_answer(&verdict, &session_history, &input.message, country);
+        // The person's own plan is shown; the transcript keeps its
+        // placeholder (as a text crisis reply's does).
+        if let Some(stored) =
+            add_own_plan(rt, Some(input.owner_id()), &mut crisis, &mut diagnostics).await
+        {
+            outcome.text = stored;
+        }
         // What was said stays in the transcript, followed by what the app
         // delivered.
         if !said.is_empty() {
@@ -1069,7 +1268,7 @@ async fn record_exchange(
     }
     let missed = crisis_turn && !answered_on_crisis;
     if let Some(info) = &outcome.crisis {
-        let record = crate::audit::crisis_record(
+        let mut record = crate::audit::crisis_record(
             rt.memory_mode(),
             input.user_id.as_deref(),
             &session_id,
@@ -1078,6 +1277,7 @@ async fn record_exchange(
             outcome.style,
             Utc::now(),
         );
+        record.trace_runtime_mode = TraceRuntimeMode::Voice;
         crate::audit::append_crisis(
             &*inner.stores.crisis,
             &record,

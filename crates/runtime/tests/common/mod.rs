@@ -75,6 +75,7 @@ impl ThroughService for Runtime {
             FeedbackSource::CliEnd => EndedVia::Terminal,
             FeedbackSource::CliExit => EndedVia::TerminalExit,
             FeedbackSource::ApiEnd => EndedVia::Api,
+            FeedbackSource::VoiceEnd => EndedVia::Voice,
         };
         self.service()
             .end_session(

@@ -140,6 +140,11 @@ async function main() {
   await page.locator("#log .msg.crisis").first().waitFor({ timeout: TIMEOUT });
   const panel = page.locator("#log .msg.crisis").first();
   check((await panel.locator(".resources li").count()) >= 1, "the crisis panel lists verified resources");
+  await page.waitForFunction(() => window.__sent.filter((e) => e.type === "response.create").length >= 3, null, { timeout: TIMEOUT });
+  const crisisCreate = await page.evaluate(() => window.__sent.filter((e) => e.type === "response.create").pop());
+  check(crisisCreate.response.tool_choice && crisisCreate.response.tool_choice.name === "lookup_crisis_resources",
+    "the crisis response must call lookup_crisis_resources: " + JSON.stringify(crisisCreate));
+  check(!create.response.tool_choice, "an ordinary response chooses its tools freely");
   check((await panel.getAttribute("data-source")) === "app", "the panel comes from the app");
   await page.evaluate(() => {
     window.__emit({ type: "response.output_audio_transcript.done", transcript: "I'm here with you." });

@@ -377,6 +377,17 @@ fn voice_exercise_request(history: &[Message], user_text: &str) -> ExerciseReque
     }
 }
 
+/// A commit of the thread's state alone: no messages, the session as it
+/// is (an exercise started or advanced by a voice tool or policy).
+fn state_only(state: ThreadState) -> TurnCommit {
+    TurnCommit {
+        state,
+        append: Vec::new(),
+        session: SessionWrite::Keep,
+        at: Utc::now(),
+    }
+}
+
 /// Starts `exercise` on the thread (its first step saved in the thread's
 /// state under the thread lock, as a text turn's start is); an exercise
 /// another request started meanwhile is kept and returned instead.
@@ -401,16 +412,7 @@ async fn start_exercise(
         exercise: ExerciseUpdate::Set(started.clone()),
         ..Default::default()
     });
-    inner
-        .stores
-        .threads
-        .commit_turn(TurnCommit {
-            state,
-            append: Vec::new(),
-            session: SessionWrite::Keep,
-            at: Utc::now(),
-        })
-        .await?;
+    inner.stores.threads.commit_turn(state_only(state)).await?;
     drop(guard);
     tracing::info!(exercise = exercise.id.as_str(), "voice exercise started");
     Ok(started)
@@ -876,16 +878,7 @@ impl Service {
             changed = true;
         }
         if changed && mode_writes(call.memory_mode, caller) {
-            inner
-                .stores
-                .threads
-                .commit_turn(TurnCommit {
-                    state,
-                    append: Vec::new(),
-                    session: SessionWrite::Keep,
-                    at: Utc::now(),
-                })
-                .await?;
+            inner.stores.threads.commit_turn(state_only(state)).await?;
         }
         drop(guard);
         Ok(output)

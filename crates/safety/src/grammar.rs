@@ -1388,7 +1388,14 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
                     Tag::QtyAll,
                     Tag::QtyWord,
                 ]));
-            if past && ((pills && big && (!benign || st.has(Tag::QtyWord))) || overdose) {
+            // A household poison needs no amount: "i drank the bleach".
+            let poison = st.has(Tag::MeansPoison)
+                && !st.has(Tag::MeansPill)
+                && (c.tags.has(Tag::SelfSubject) || c.dropped_subject)
+                && !benign
+                && !st.has(Tag::TimePast)
+                && !c.tags.any(Tags::of(&[Tag::Intent, Tag::Desire]));
+            if past && ((pills && big && (!benign || st.has(Tag::QtyWord))) || overdose || poison) {
                 report.add(Construct::CompletedIngestion);
             }
         }
@@ -1575,10 +1582,19 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
                         Tag::MeansWater,
                         Tag::Edge,
                     ])))
+                // A bare jump with a moment and nothing else in the clause:
+                // "i'm going to jump tonight" (not "jump on a call tonight").
+                || (live(c, Tag::ActJump)
+                    && live(c, Tag::Intent)
+                    && !benign
+                    && c.tags.has(Tag::TimeNear)
+                    && c.untagged == 0)
                 || (live(c, Tag::ActIngest)
                     && !benign
                     && st.any(Tags::of(&[Tag::MeansPill, Tag::MeansPoison]))
                     && st.any(Tags::of(&[Tag::QtyAll, Tag::QtyWord, Tag::MeansContainer])))
+                // A household poison is a method without an amount.
+                || (live(c, Tag::ActIngest) && !benign && c.tags.has(Tag::MeansPoison))
                 || (live(c, Tag::ActCut)
                     && !benign
                     && st.has(Tag::BodyLethal)

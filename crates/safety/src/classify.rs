@@ -662,7 +662,7 @@ fn classify_rules(
         // A hopeless answer to a risk question ("i don't see the point of
         // anything anymore") is not a "no": it answers yes in other words.
         if risk_question && !denial {
-            let rules_hopeless = a.risk.has(Family::Ambiguous);
+            let rules_hopeless = a.risk.has(Family::Ambiguous) || a.raw.has(Family::HopelessAnswer);
             let learned_hopeless = !rules_hopeless && learned().is_some_and(|s| s.level >= 1);
             if rules_hopeless || learned_hopeless {
                 families.push("answer:hopeless");

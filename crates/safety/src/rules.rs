@@ -61,11 +61,14 @@ pub enum Family {
     /// An ordinary reason for being away (a vacation, a trip, an
     /// appointment): a soft absence with one is level 0.
     AbsenceReason,
+    /// A hopeless reply to the gate's own question ("what does it
+    /// matter", "who cares"): read only as an answer, never on its own.
+    HopelessAnswer,
 }
 
 impl Family {
     /// All families, in bit order.
-    pub const ALL: [Family; 21] = [
+    pub const ALL: [Family; 22] = [
         Family::Imminent,
         Family::ClearSelfHarm,
         Family::Ambiguous,
@@ -87,6 +90,7 @@ impl Family {
         Family::OrdinaryExit,
         Family::SoftAbsence,
         Family::AbsenceReason,
+        Family::HopelessAnswer,
     ];
 
     /// The name used in the data file and in `matched_families`.
@@ -113,6 +117,7 @@ impl Family {
             Family::OrdinaryExit => "ordinary_exit",
             Family::SoftAbsence => "soft_absence",
             Family::AbsenceReason => "absence_reason",
+            Family::HopelessAnswer => "hopeless_answer",
         }
     }
 

@@ -109,6 +109,8 @@ tags! {
     MeansHeight = "means_height",
     Edge = "edge",
     MeansTransit = "means_transit",
+    OnTracks = "on_tracks",
+    ToTracks = "to_tracks",
     MeansGas = "means_gas",
     MeansCar = "means_car",
     MeansGarage = "means_garage",
@@ -1494,6 +1496,25 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
         let place_ok = sc.any(Tags::of(&[Tag::MeansHeight, Tag::MeansWater, Tag::Edge]))
             || (sc.has(Tag::MeansTransit) && (sc.has(Tag::ActJump) || sc.has(Tag::Edge)));
         if !benign && !s.question && strong && place_ok && !c.tags.has(Tag::Negator) {
+            report.add(Construct::AtHeight);
+        }
+        // On the tracks as a person, not a train: "i'm on the tracks now",
+        // "i'll be on the tracks, not on the train". Headed to the tracks
+        // with a moment or a resolution: "heading down to the tracks now".
+        let person_here = c.tags.has(Tag::SelfSubject)
+            || c.speaker_strong > 0
+            || c.dropped_subject
+            || (c.tags.has(Tag::Posture) && c.untagged == 0);
+        let on_tracks = live(c, Tag::OnTracks) && person_here;
+        let to_tracks = live(c, Tag::ToTracks)
+            && (c.tags.has(Tag::Posture) || live(c, Tag::Intent))
+            && sc.any(Tags::of(&[
+                Tag::TimeNear,
+                Tag::Resolve,
+                Tag::Death,
+                Tag::Release,
+            ]));
+        if !benign && !s.question && (on_tracks || to_tracks) && !c.tags.has(Tag::Negator) {
             report.add(Construct::AtHeight);
         }
         // Car exhaust, charcoal or gas made ready.

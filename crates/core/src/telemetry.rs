@@ -216,24 +216,51 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// A Prometheus histogram over [`LATENCY_BUCKETS`].
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Upper bounds (seconds) of the stage-duration histogram's buckets: the
+/// stages of a turn take from tens of microseconds (the deterministic
+/// gate's rules, a plan) to seconds (a model's reply).
+pub const STAGE_BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// A Prometheus histogram, by default over [`LATENCY_BUCKETS`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
+    /// Upper bounds of the buckets, ascending.
+    bounds: &'static [f64],
     /// Per bucket, not cumulative; the last entry is `+Inf`.
     counts: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::with_buckets(&LATENCY_BUCKETS)
+    }
+}
+
 impl Histogram {
+    /// An empty histogram over `bounds` (ascending upper bounds, seconds).
+    pub const fn with_buckets(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: Vec::new(),
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
     pub fn observe(&mut self, seconds: f64) {
         if self.counts.is_empty() {
-            self.counts = vec![0; LATENCY_BUCKETS.len() + 1];
+            self.counts = vec![0; self.bounds.len() + 1];
         }
-        let i = LATENCY_BUCKETS
+        let i = self
+            .bounds
             .iter()
             .position(|b| seconds <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
+            .unwrap_or(self.bounds.len());
         self.counts[i] += 1;
         self.sum += seconds;
         self.count += 1;
@@ -249,7 +276,7 @@ impl Histogram {
         use std::fmt::Write as _;
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+        for (i, bound) in self.bounds.iter().enumerate() {
             cumulative += self.counts.get(i).copied().unwrap_or(0);
             let _ = writeln!(
                 out,
@@ -570,6 +597,20 @@ mod tests {
         assert!(out.contains("x_seconds_bucket{tier=\"fast\",le=\"30\"} 2\n"));
         assert!(out.contains("x_seconds_bucket{tier=\"fast\",le=\"+Inf\"} 3\n"));
         assert!(out.contains("x_seconds_count{tier=\"fast\"} 3\n"));
+    }
+
+    #[test]
+    fn stage_histograms_resolve_microseconds() {
+        let mut h = Histogram::with_buckets(&STAGE_BUCKETS);
+        h.observe(0.000_04);
+        h.observe(0.000_3);
+        h.observe(1.2);
+        let mut out = String::new();
+        h.render(&mut out, "s_seconds", "stage=\"plan\"");
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"0.0001\"} 1\n"));
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"0.0005\"} 2\n"));
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"2.5\"} 3\n"));
+        assert_eq!(out.matches("_bucket{").count(), STAGE_BUCKETS.len() + 1);
     }
 
     #[test]

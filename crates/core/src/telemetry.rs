@@ -28,6 +28,7 @@ pub mod genai {
     pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
     /// Operation values.
     pub const OP_CHAT: &str = "chat";
+    pub const OP_EMBEDDINGS: &str = "embeddings";
     pub const OP_EXECUTE_TOOL: &str = "execute_tool";
     pub const PROVIDER_OPENAI: &str = "openai";
 }

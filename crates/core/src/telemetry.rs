@@ -317,9 +317,9 @@ pub struct CallMetrics {
 
     /// (memory kind, operation `insert`/`update`/`delete`) → records
     /// written to the memory store.
-    pub memory_writes: BTreeMap<(String, &'static str), u64>,
+    pub memory_writes: BTreeMap<(&'static str, &'static str), u64>,
     /// (reason `requested`/`expired`, memory mode) → sessions ended.
-    pub sessions_ended: BTreeMap<(&'static str, String), u64>,
+    pub sessions_ended: BTreeMap<(&'static str, &'static str), u64>,
     /// Crisis-log append outcome (`captured`, `timeout`, `failed`) → appends.
     pub crisis_log_writes: BTreeMap<&'static str, u64>,
 }
@@ -380,21 +380,20 @@ pub fn record_tool_call(tool: &str, ok: bool) {
 }
 
 /// Records one memory record written (`op`: `insert`, `update` or
-/// `delete`) of `kind` (the store's memory kind).
-pub fn record_memory_write(kind: &str, op: &'static str) {
+/// `delete`) of `kind` (the store's memory kind). Static labels: counting
+/// allocates nothing (docs/benchmarks.md, "Counters").
+pub fn record_memory_write(kind: &'static str, op: &'static str) {
     with_calls(|c| {
-        *c.memory_writes.entry((kind.to_owned(), op)).or_default() += 1;
+        *c.memory_writes.entry((kind, op)).or_default() += 1;
     });
 }
 
 /// Records a finalized session: `reason` is `requested` (ended by the
 /// person or the channel) or `expired` (the sweeper, or the next turn
 /// after the timeout).
-pub fn record_session_end(reason: &'static str, memory_mode: &str) {
+pub fn record_session_end(reason: &'static str, memory_mode: &'static str) {
     with_calls(|c| {
-        *c.sessions_ended
-            .entry((reason, memory_mode.to_owned()))
-            .or_default() += 1;
+        *c.sessions_ended.entry((reason, memory_mode)).or_default() += 1;
     });
 }
 

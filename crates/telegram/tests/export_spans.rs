@@ -208,8 +208,9 @@ fn trace_of<'a>(spans: &'a [ExportedSpan], root: &ExportedSpan) -> Vec<&'a Expor
 }
 
 fn child<'a>(spans: &[&'a ExportedSpan], parent: &ExportedSpan, name: &str) -> &'a ExportedSpan {
-    let found: Vec<&&ExportedSpan> = spans
+    let found: Vec<&'a ExportedSpan> = spans
         .iter()
+        .copied()
         .filter(|s| s.parent_span_id == parent.span_id && s.name == name)
         .collect();
     assert_eq!(
@@ -219,7 +220,7 @@ fn child<'a>(spans: &[&'a ExportedSpan], parent: &ExportedSpan, name: &str) -> &
         parent.name,
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
-    *found[0]
+    found[0]
 }
 
 /// No message text, reply text, raw chat id, raw thread id or token in

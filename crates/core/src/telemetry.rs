@@ -28,6 +28,7 @@ pub mod genai {
     pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
     /// Operation values.
     pub const OP_CHAT: &str = "chat";
+    pub const OP_EMBEDDINGS: &str = "embeddings";
     pub const OP_EXECUTE_TOOL: &str = "execute_tool";
     pub const PROVIDER_OPENAI: &str = "openai";
 }
@@ -216,24 +217,51 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// A Prometheus histogram over [`LATENCY_BUCKETS`].
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Upper bounds (seconds) of the stage-duration histogram's buckets: the
+/// stages of a turn take from tens of microseconds (the deterministic
+/// gate's rules, a plan) to seconds (a model's reply).
+pub const STAGE_BUCKETS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// A Prometheus histogram, by default over [`LATENCY_BUCKETS`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
+    /// Upper bounds of the buckets, ascending.
+    bounds: &'static [f64],
     /// Per bucket, not cumulative; the last entry is `+Inf`.
     counts: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::with_buckets(&LATENCY_BUCKETS)
+    }
+}
+
 impl Histogram {
+    /// An empty histogram over `bounds` (ascending upper bounds, seconds).
+    pub const fn with_buckets(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: Vec::new(),
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
     pub fn observe(&mut self, seconds: f64) {
         if self.counts.is_empty() {
-            self.counts = vec![0; LATENCY_BUCKETS.len() + 1];
+            self.counts = vec![0; self.bounds.len() + 1];
         }
-        let i = LATENCY_BUCKETS
+        let i = self
+            .bounds
             .iter()
             .position(|b| seconds <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
+            .unwrap_or(self.bounds.len());
         self.counts[i] += 1;
         self.sum += seconds;
         self.count += 1;
@@ -249,7 +277,7 @@ impl Histogram {
         use std::fmt::Write as _;
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+        for (i, bound) in self.bounds.iter().enumerate() {
             cumulative += self.counts.get(i).copied().unwrap_or(0);
             let _ = writeln!(
                 out,
@@ -289,9 +317,9 @@ pub struct CallMetrics {
 
     /// (memory kind, operation `insert`/`update`/`delete`) → records
     /// written to the memory store.
-    pub memory_writes: BTreeMap<(String, &'static str), u64>,
+    pub memory_writes: BTreeMap<(&'static str, &'static str), u64>,
     /// (reason `requested`/`expired`, memory mode) → sessions ended.
-    pub sessions_ended: BTreeMap<(&'static str, String), u64>,
+    pub sessions_ended: BTreeMap<(&'static str, &'static str), u64>,
     /// Crisis-log append outcome (`captured`, `timeout`, `failed`) → appends.
     pub crisis_log_writes: BTreeMap<&'static str, u64>,
 }
@@ -352,21 +380,20 @@ pub fn record_tool_call(tool: &str, ok: bool) {
 }
 
 /// Records one memory record written (`op`: `insert`, `update` or
-/// `delete`) of `kind` (the store's memory kind).
-pub fn record_memory_write(kind: &str, op: &'static str) {
+/// `delete`) of `kind` (the store's memory kind). Static labels: counting
+/// allocates nothing (docs/benchmarks.md, "Counters").
+pub fn record_memory_write(kind: &'static str, op: &'static str) {
     with_calls(|c| {
-        *c.memory_writes.entry((kind.to_owned(), op)).or_default() += 1;
+        *c.memory_writes.entry((kind, op)).or_default() += 1;
     });
 }
 
 /// Records a finalized session: `reason` is `requested` (ended by the
 /// person or the channel) or `expired` (the sweeper, or the next turn
 /// after the timeout).
-pub fn record_session_end(reason: &'static str, memory_mode: &str) {
+pub fn record_session_end(reason: &'static str, memory_mode: &'static str) {
     with_calls(|c| {
-        *c.sessions_ended
-            .entry((reason, memory_mode.to_owned()))
-            .or_default() += 1;
+        *c.sessions_ended.entry((reason, memory_mode)).or_default() += 1;
     });
 }
 
@@ -570,6 +597,20 @@ mod tests {
         assert!(out.contains("x_seconds_bucket{tier=\"fast\",le=\"30\"} 2\n"));
         assert!(out.contains("x_seconds_bucket{tier=\"fast\",le=\"+Inf\"} 3\n"));
         assert!(out.contains("x_seconds_count{tier=\"fast\"} 3\n"));
+    }
+
+    #[test]
+    fn stage_histograms_resolve_microseconds() {
+        let mut h = Histogram::with_buckets(&STAGE_BUCKETS);
+        h.observe(0.000_04);
+        h.observe(0.000_3);
+        h.observe(1.2);
+        let mut out = String::new();
+        h.render(&mut out, "s_seconds", "stage=\"plan\"");
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"0.0001\"} 1\n"));
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"0.0005\"} 2\n"));
+        assert!(out.contains("s_seconds_bucket{stage=\"plan\",le=\"2.5\"} 3\n"));
+        assert_eq!(out.matches("_bucket{").count(), STAGE_BUCKETS.len() + 1);
     }
 
     #[test]

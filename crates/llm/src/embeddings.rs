@@ -148,7 +148,17 @@ impl OpenAiEmbeddings {
         })
     }
 
+    /// One request, in its `embeddings {model}` span.
     async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
+        let span = crate::trace::embeddings_span(&self.config.model, texts.len());
+        let result = tracing::Instrument::instrument(self.request_batch(texts), span.clone()).await;
+        if let Err(e) = &result {
+            crate::trace::record_error(&span, e);
+        }
+        result
+    }
+
+    async fn request_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, LlmError> {
         let mut body = json!({"model": self.config.model, "input": texts});
         if let Some(d) = self.config.dimensions {
             body["dimensions"] = json!(d);

@@ -55,6 +55,22 @@ pub(crate) fn chat_span(model: &str, tier: &str, tools: usize, stream: bool) -> 
     )
 }
 
+/// The span of one embeddings request (`embeddings {model}`): the model
+/// and how many texts, never the texts.
+pub(crate) fn embeddings_span(model: &str, inputs: usize) -> Span {
+    tracing::info_span!(
+        "embeddings",
+        "otel.name" = %format_args!("embeddings {model}"),
+        "otel.kind" = "client",
+        "otel.status_code" = Empty,
+        { genai::OPERATION_NAME } = genai::OP_EMBEDDINGS,
+        { genai::PROVIDER_NAME } = genai::PROVIDER_OPENAI,
+        { genai::REQUEST_MODEL } = model,
+        "opencouch.inputs" = i64::try_from(inputs).unwrap_or(i64::MAX),
+        "error.type" = Empty,
+    )
+}
+
 /// Records the prompt's latest conversation messages on `span` when
 /// capture is allowed.
 pub(crate) fn record_input(span: &Span, messages: &[ChatMessage]) {

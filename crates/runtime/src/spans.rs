@@ -19,9 +19,11 @@ use tracing::Span;
 use tracing::field::Empty;
 
 /// The root span of one turn: a new trace, whatever span is current (an
-/// HTTP request's span, say), so one trace is one turn.
+/// HTTP request's span, a Telegram update's), so one trace is one turn. The
+/// span that asked for the turn, if any, is linked (`follows_from`), so a
+/// collector can go from the request or the update to its turn.
 pub(crate) fn turn(input: &AgentInput) -> Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         parent: None,
         "turn",
         "otel.name" = "turn",
@@ -39,7 +41,9 @@ pub(crate) fn turn(input: &AgentInput) -> Span {
         "opencouch.fallbacks" = Empty,
         "opencouch.saved" = Empty,
         "duration_ms" = Empty,
-    )
+    );
+    span.follows_from(Span::current());
+    span
 }
 
 /// Marks the current turn as a crisis turn (always exported).

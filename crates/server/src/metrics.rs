@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use opencouch_core::AgentOutput;
-use opencouch_core::telemetry::Histogram;
+use opencouch_core::telemetry::{Histogram, STAGE_BUCKETS};
 
-/// Counters and latency sums. Labels are closed vocabularies (route,
+/// Counters and latency histograms. Labels are closed vocabularies (route,
 /// crisis level, error code), never user content.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -24,7 +24,9 @@ struct Counts {
     fallbacks: u64,
     model_errors: u64,
     turn_latency: Histogram,
-    stage_ms: BTreeMap<String, (f64, u64)>,
+    /// Stage (a diagnostics key `<stage>_ms`) → its durations, over
+    /// [`STAGE_BUCKETS`] (tens of microseconds to seconds).
+    stages: BTreeMap<String, Histogram>,
     /// (level, deciding layer) → turns at crisis level 1 or above.
     crisis: BTreeMap<(u8, String), u64>,
     /// Fallback kind (the diagnostics key) → turns.
@@ -113,10 +115,13 @@ impl Metrics {
             c.retrieval_latency.observe(ms / 1000.0);
         }
         for (k, v) in &d.0 {
-            if let (Some(stage), Some(ms)) = (k.strip_suffix("_ms"), v.as_f64()) {
-                let e = c.stage_ms.entry(stage.to_owned()).or_default();
-                e.0 += ms / 1000.0;
-                e.1 += 1;
+            if let (Some(stage), Some(ms)) = (k.strip_suffix("_ms"), v.as_f64())
+                && label_ok(stage)
+            {
+                c.stages
+                    .entry(stage.to_owned())
+                    .or_insert_with(|| Histogram::with_buckets(&STAGE_BUCKETS))
+                    .observe(ms / 1000.0);
             }
         }
     }
@@ -199,23 +204,15 @@ impl Metrics {
             .render(&mut s, "opencouch_turn_duration_seconds", "");
         let _ = writeln!(
             s,
-            "# HELP opencouch_stage_duration_seconds Stage latency from turn diagnostics."
+            "# HELP opencouch_stage_duration_seconds Stage latency from turn diagnostics (buckets 100 us to 30 s)."
         );
-        let _ = writeln!(s, "# TYPE opencouch_stage_duration_seconds summary");
-        for (stage, (sum, n)) in &c.stage_ms {
-            if stage
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit())
-            {
-                let _ = writeln!(
-                    s,
-                    "opencouch_stage_duration_seconds_sum{{stage=\"{stage}\"}} {sum}"
-                );
-                let _ = writeln!(
-                    s,
-                    "opencouch_stage_duration_seconds_count{{stage=\"{stage}\"}} {n}"
-                );
-            }
+        let _ = writeln!(s, "# TYPE opencouch_stage_duration_seconds histogram");
+        for (stage, h) in &c.stages {
+            h.render(
+                &mut s,
+                "opencouch_stage_duration_seconds",
+                &format!("stage=\"{stage}\""),
+            );
         }
         let _ = writeln!(
             s,

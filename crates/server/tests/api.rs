@@ -781,6 +781,9 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
         "opencouch_crisis_turns_total{level=",
         "opencouch_http_responses_total{code=\"200\"}",
         "opencouch_http_responses_total{code=\"404\"} 1",
+        "# TYPE opencouch_stage_duration_seconds histogram",
+        "opencouch_stage_duration_seconds_bucket{stage=\"crisis_gate\",le=\"0.0001\"}",
+        "opencouch_stage_duration_seconds_bucket{stage=\"crisis_gate\",le=\"+Inf\"} 3",
         "opencouch_stage_duration_seconds_count{stage=\"crisis_gate\"} 3",
         "opencouch_stage_duration_seconds_count{stage=\"commit\"}",
         "# TYPE opencouch_retrieval_duration_seconds histogram",
@@ -802,11 +805,15 @@ async fn metrics_hold_the_crisis_http_stage_and_export_series() {
 /// `name{labels} value` with a number, belongs to the family of the last
 /// `# TYPE` line (a family's samples are together, after its TYPE), each
 /// family is declared once, and names follow the naming rules (counters
-/// end in `_total`, nothing else does; units in base units).
+/// end in `_total`, nothing else does; units in base units). A histogram's
+/// buckets rise in `le` and are cumulative, and its `+Inf` bucket is its
+/// `_count`.
 fn assert_valid_exposition(text: &str) {
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
     let mut declared = HashSet::new();
     let mut current: Option<(String, String)> = None;
+    // Histogram series (its labels but `le`) → the last (le, value) seen.
+    let mut buckets: HashMap<String, (f64, f64)> = HashMap::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').expect(line);
@@ -845,6 +852,35 @@ fn assert_valid_exposition(text: &str) {
             _ => name,
         };
         assert_eq!(base, family, "{line} is outside its family's block");
+        if kind != "histogram" {
+            continue;
+        }
+        let labels = series
+            .split_once('{')
+            .map_or("", |(_, rest)| rest.trim_end_matches('}'));
+        let value: f64 = value.parse().unwrap();
+        if name.ends_with("_bucket") {
+            let (rest, le) = labels
+                .rsplit_once("le=\"")
+                .unwrap_or_else(|| panic!("a bucket without le: {line}"));
+            let le = match le.trim_end_matches('"') {
+                "+Inf" => f64::INFINITY,
+                other => other.parse::<f64>().expect(line),
+            };
+            let key = format!("{family}{{{}}}", rest.trim_end_matches(','));
+            if let Some((last_le, last)) = buckets.get(&key) {
+                assert!(le > *last_le, "buckets out of order at {line}");
+                assert!(value >= *last, "buckets not cumulative at {line}");
+            }
+            buckets.insert(key, (le, value));
+        } else if name.ends_with("_count") {
+            let key = format!("{family}{{{labels}}}");
+            let (le, inf) = buckets
+                .get(&key)
+                .unwrap_or_else(|| panic!("a count without buckets: {line}"));
+            assert!(le.is_infinite(), "no +Inf bucket before {line}");
+            assert_eq!(*inf, value, "the +Inf bucket is not the count: {line}");
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The span processor between the tracer and the OTLP exporter.
 //!
 //! - **Redaction** of every attribute and event field (see [`crate::redact`])
-//!   before a span is queued.
+//!   before a span is queued; `gen_ai.response.finish_reasons` becomes the
+//!   string array the GenAI conventions name.
 //! - **Per-turn sampling, crisis always**: the spans of a trace wait until
 //!   its root span ends; the whole trace is then kept when any of its spans
 //!   carries [`CRISIS_ATTRIBUTE`] (a crisis turn) or when its trace id falls
@@ -19,9 +20,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use opencouch_core::telemetry::{CRISIS_ATTRIBUTE, ExportHealth};
+use opencouch_core::telemetry::{CRISIS_ATTRIBUTE, ExportHealth, genai};
 use opentelemetry::trace::{SpanId, TraceId};
-use opentelemetry::{Context, Value};
+use opentelemetry::{Array, Context, Value};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
@@ -122,6 +123,19 @@ impl TurnProcessor {
     }
 }
 
+/// `gen_ai.response.finish_reasons` is a string array in the GenAI
+/// conventions; a `tracing` field holds one string, which becomes a
+/// one-item array here.
+fn finish_reasons_as_array(attributes: &mut [opentelemetry::KeyValue]) {
+    for kv in attributes {
+        if kv.key.as_str() == genai::RESPONSE_FINISH_REASONS
+            && let Value::String(s) = &kv.value
+        {
+            kv.value = Value::Array(Array::String(vec![s.clone()]));
+        }
+    }
+}
+
 fn is_crisis(span: &SpanData) -> bool {
     span.attributes
         .iter()
@@ -133,6 +147,7 @@ impl SpanProcessor for TurnProcessor {
 
     fn on_end(&self, mut span: SpanData) {
         crate::redact::redact_attributes(&mut span.attributes);
+        finish_reasons_as_array(&mut span.attributes);
         for event in span.events.events.iter_mut() {
             crate::redact::redact_attributes(&mut event.attributes);
         }

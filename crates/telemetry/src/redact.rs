@@ -26,9 +26,17 @@ pub fn redact_attributes(attributes: &mut [KeyValue]) {
     }
 }
 
+/// The GenAI conventions' usage counts (`gen_ai.usage.input_tokens`,
+/// `gen_ai.usage.output_tokens`) hold "token" in their names; an integer
+/// under them is a count, not a credential, and is kept. Any other value
+/// under them is redacted as the rule says.
+fn is_usage_count(kv: &KeyValue) -> bool {
+    kv.key.as_str().starts_with("gen_ai.usage.") && matches!(kv.value, Value::I64(_))
+}
+
 /// Applies the rules to one attribute.
 pub fn redact_attribute(kv: &mut KeyValue) {
-    if is_sensitive_key(kv.key.as_str()) {
+    if is_sensitive_key(kv.key.as_str()) && !is_usage_count(kv) {
         kv.value = Value::String(REDACTED.into());
         return;
     }
@@ -97,6 +105,22 @@ mod tests {
         assert_eq!(
             value_of(KeyValue::new("opencouch.route", "therapeutic")),
             Value::String("therapeutic".into())
+        );
+    }
+
+    #[test]
+    fn usage_counts_are_kept_and_only_as_numbers() {
+        assert_eq!(
+            value_of(KeyValue::new("gen_ai.usage.input_tokens", 42_i64)),
+            Value::I64(42)
+        );
+        assert_eq!(
+            value_of(KeyValue::new("gen_ai.usage.output_tokens", "sk-live-123")),
+            Value::String(REDACTED.into())
+        );
+        assert_eq!(
+            value_of(KeyValue::new("http.input_tokens", 42_i64)),
+            Value::String(REDACTED.into())
         );
     }
 

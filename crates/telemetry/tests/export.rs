@@ -34,16 +34,36 @@ async fn a_hybrid_turn_is_one_trace_of_stages_with_genai_attributes_and_no_conte
         )
         .await;
     assert_eq!(out.crisis.level.get(), 0);
+    w.settle_background().await;
     w.flush().await;
-    let spans = w.collector.spans();
-    assert!(!spans.is_empty(), "nothing exported");
+    let all = w.collector.spans();
+    assert!(!all.is_empty(), "nothing exported");
 
-    // One trace, rooted at the turn.
-    let roots: Vec<&ExportedSpan> = spans.iter().filter(|s| s.is_root()).collect();
-    assert_eq!(roots.len(), 1, "{:?}", names(&spans));
-    let root = roots[0];
-    assert_eq!(root.name, "turn");
-    assert!(spans.iter().all(|s| s.trace_id == root.trace_id));
+    // One trace, rooted at the turn. The background memory extraction the
+    // turn started after its commit is a trace of its own (it outlives the
+    // turn), linked to the turn's root.
+    let roots: Vec<&ExportedSpan> = all.iter().filter(|s| s.is_root()).collect();
+    let turns: Vec<&&ExportedSpan> = roots.iter().filter(|s| s.name == "turn").collect();
+    assert_eq!(turns.len(), 1, "{:?}", names(&all));
+    let root = *turns[0];
+    assert_eq!(roots.len(), 2, "{:?}", names(&all));
+    for other in roots.iter().filter(|s| s.span_id != root.span_id) {
+        assert_eq!(other.name, "memory_extraction", "{:?}", names(&all));
+        assert_eq!(
+            other.links,
+            vec![(root.trace_id.clone(), root.span_id.clone())],
+            "the extraction's trace is not linked to its turn"
+        );
+    }
+    let spans: Vec<ExportedSpan> = all
+        .iter()
+        .filter(|s| s.trace_id == root.trace_id)
+        .cloned()
+        .collect();
+    assert!(
+        !names(&spans).contains("memory_extraction"),
+        "the background extraction is inside the turn's trace"
+    );
     assert_eq!(root.str_attr("opencouch.route"), Some(out.route.as_str()));
     assert_eq!(
         root.attr("opencouch.crisis_level"),
@@ -91,6 +111,23 @@ async fn a_hybrid_turn_is_one_trace_of_stages_with_genai_attributes_and_no_conte
         assert_eq!(chat.name, format!("chat {model}"));
         assert_eq!(chat.str_attr("gen_ai.provider.name"), Some("openai"));
         assert!(chat.str_attr("gen_ai.response.model").is_some());
+        // Counts survive the redaction of keys holding "token"; the finish
+        // reasons are a string array.
+        for key in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
+            assert!(
+                matches!(chat.attr(key), None | Some(AttrValue::Int(_))),
+                "{key}: {:?}",
+                chat.attributes
+            );
+        }
+        assert!(
+            matches!(
+                chat.attr("gen_ai.response.finish_reasons"),
+                None | Some(AttrValue::StrArray(_))
+            ),
+            "{:?}",
+            chat.attributes
+        );
         let parent = by_id(&chat.parent_span_id).expect("a chat span has a parent");
         assert_ne!(
             parent.span_id, root.span_id,
@@ -99,6 +136,14 @@ async fn a_hybrid_turn_is_one_trace_of_stages_with_genai_attributes_and_no_conte
         assert!(chat.attr("gen_ai.input.messages").is_none());
         assert!(chat.attr("gen_ai.output.messages").is_none());
     }
+
+    assert!(
+        chats.iter().any(|c| {
+            matches!(c.attr("gen_ai.usage.input_tokens"), Some(AttrValue::Int(n)) if *n > 0)
+                && matches!(c.attr("gen_ai.response.finish_reasons"), Some(AttrValue::StrArray(r)) if r.len() == 1)
+        }),
+        "no model call span with its usage and finish reason"
+    );
 
     // One source of timings: the span's duration is the diagnostics' figure.
     let triage = spans.iter().find(|s| s.name == "triage").unwrap();
@@ -136,7 +181,7 @@ async fn a_hybrid_turn_is_one_trace_of_stages_with_genai_attributes_and_no_conte
     );
     let health = w.health.snapshot();
     assert!(health.enabled);
-    assert_eq!(health.exported as usize, spans.len());
+    assert_eq!(health.exported as usize, all.len());
     assert_eq!(health.dropped, 0);
     assert!(health.healthy());
 }

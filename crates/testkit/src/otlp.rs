@@ -28,7 +28,9 @@ pub enum AttrValue {
     Bool(bool),
     Int(i64),
     Double(f64),
-    /// Arrays and maps, rendered as text.
+    /// An array of strings.
+    StrArray(Vec<String>),
+    /// Other arrays and maps, rendered as text.
     Other(String),
 }
 
@@ -52,6 +54,8 @@ pub struct ExportedSpan {
     pub attributes: BTreeMap<String, AttrValue>,
     /// `(event name, attributes)`.
     pub events: Vec<(String, BTreeMap<String, AttrValue>)>,
+    /// Links to spans of other traces, as `(trace id, span id)`.
+    pub links: Vec<(String, String)>,
     /// Resource attributes of the batch the span came in.
     pub resource: BTreeMap<String, AttrValue>,
 }
@@ -240,6 +244,11 @@ fn spans_of(req: &ExportTraceServiceRequest) -> Vec<ExportedSpan> {
                         .iter()
                         .map(|e| (e.name.clone(), attrs(&e.attributes)))
                         .collect(),
+                    links: s
+                        .links
+                        .iter()
+                        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                        .collect(),
                     resource: resource.clone(),
                 });
             }
@@ -260,6 +269,21 @@ fn value(v: Option<&AnyValue>) -> AttrValue {
         Some(any_value::Value::BoolValue(b)) => AttrValue::Bool(*b),
         Some(any_value::Value::IntValue(i)) => AttrValue::Int(*i),
         Some(any_value::Value::DoubleValue(d)) => AttrValue::Double(*d),
+        Some(any_value::Value::ArrayValue(a))
+            if a.values
+                .iter()
+                .all(|v| matches!(v.value, Some(any_value::Value::StringValue(_)))) =>
+        {
+            AttrValue::StrArray(
+                a.values
+                    .iter()
+                    .filter_map(|v| match &v.value {
+                        Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        }
         Some(other) => AttrValue::Other(format!("{other:?}")),
         None => AttrValue::Other(String::new()),
     }

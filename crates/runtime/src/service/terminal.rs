@@ -99,14 +99,7 @@ impl Service {
             None => DoctorCheck::new("semantic signal", CheckLevel::Warning, "off")
                 .fix("the deterministic crisis layers still run; see `opencouch config`"),
         });
-        let export = self.trace_export();
-        checks.push(if export.healthy() {
-            DoctorCheck::new("trace export", CheckLevel::Ok, export.describe())
-        } else {
-            DoctorCheck::new("trace export", CheckLevel::Warning, export.describe()).fix(
-                "check OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_HEADERS and that the collector runs; turns are not affected",
-            )
-        });
+        checks.push(trace_export_check(settings, &self.trace_export()));
         checks.push(match opencouch_safety::resources::directory() {
             Ok(dir) => DoctorCheck::new(
                 "crisis directory",
@@ -209,6 +202,45 @@ async fn endpoint_check(settings: &Settings, mode: RuntimeMode) -> DoctorCheck {
     }
 }
 
+/// The trace export line: this process's export (its spans exported and
+/// dropped, its last error). `opencouch doctor` is a process of its own
+/// that exports nothing; with an endpoint configured it says where the
+/// spans of `serve`, `chat` and `telegram` go and where those count them,
+/// instead of calling export off.
+fn trace_export_check(
+    settings: &Settings,
+    export: &opencouch_core::telemetry::ExportSnapshot,
+) -> DoctorCheck {
+    const NAME: &str = "trace export";
+    const FIX: &str = "check OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_HEADERS and that the collector runs; turns are not affected";
+    if !export.enabled
+        && let Some(url) = settings.trace_url()
+    {
+        let shown = opencouch_config::mask_url(&url);
+        return match &export.last_error {
+            Some(e) => DoctorCheck::new(
+                NAME,
+                CheckLevel::Warning,
+                format!("configured ({shown}) but off in this process: {e}"),
+            )
+            .fix(FIX),
+            None => DoctorCheck::new(
+                NAME,
+                CheckLevel::Ok,
+                format!(
+                    "configured: serve, chat and telegram send spans to {shown} (sampling ratio {}, crisis turns always); each reports exported and dropped spans in GET /api/health or /status",
+                    settings.trace_sample_ratio
+                ),
+            ),
+        };
+    }
+    if export.healthy() {
+        DoctorCheck::new(NAME, CheckLevel::Ok, export.describe())
+    } else {
+        DoctorCheck::new(NAME, CheckLevel::Warning, export.describe()).fix(FIX)
+    }
+}
+
 enum Probe {
     Http(u16),
     Connected,
@@ -283,5 +315,50 @@ mod tests {
         );
         assert_eq!(split_url("ftp://x"), None);
         assert_eq!(mask("https://u:p@h/v1"), "https://h/v1");
+    }
+
+    #[test]
+    fn a_configured_export_is_not_called_off_by_a_process_that_does_not_export() {
+        use opencouch_core::telemetry::ExportSnapshot;
+        let off = ExportSnapshot {
+            enabled: false,
+            exported: 0,
+            dropped: 0,
+            last_error: None,
+        };
+        let none = Settings::default();
+        let c = trace_export_check(&none, &off);
+        assert_eq!(
+            (c.level, c.detail.as_str()),
+            (CheckLevel::Ok, "off (no OTLP endpoint configured)")
+        );
+        let configured = Settings {
+            trace_endpoint: Some("http://user:pw@127.0.0.1:4318".into()),
+            ..Settings::default()
+        };
+        let c = trace_export_check(&configured, &off);
+        assert_eq!(c.level, CheckLevel::Ok);
+        assert!(c.detail.starts_with("configured: "), "{}", c.detail);
+        assert!(c.detail.contains("/v1/traces"), "{}", c.detail);
+        assert!(!c.detail.contains("pw"), "{}", c.detail);
+        let failed = ExportSnapshot {
+            last_error: Some("the OTLP exporter could not be built".into()),
+            ..off.clone()
+        };
+        let c = trace_export_check(&configured, &failed);
+        assert_eq!(c.level, CheckLevel::Warning);
+        assert!(c.detail.contains("off in this process"), "{}", c.detail);
+        let live = ExportSnapshot {
+            enabled: true,
+            exported: 12,
+            dropped: 3,
+            last_error: Some("HTTP 503".into()),
+        };
+        let c = trace_export_check(&configured, &live);
+        assert_eq!(c.level, CheckLevel::Warning);
+        assert_eq!(
+            c.detail,
+            "on, 12 spans exported, 3 dropped, last error: HTTP 503"
+        );
     }
 }

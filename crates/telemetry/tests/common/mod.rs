@@ -152,6 +152,23 @@ impl World {
             .expect("turn")
     }
 
+    /// Waits (up to 10 s) until no background memory extraction is
+    /// pending. A persistent hybrid turn starts one after its commit, as a
+    /// trace of its own: a test that counts traces settles it before it
+    /// flushes, or the extraction's trace lands in the export or not
+    /// depending on the machine's load.
+    pub async fn settle_background(&self) {
+        let service = self.host.service();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while service.queue_depths().memory_extraction > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "background memory extraction did not finish"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Sends everything queued to the collector (off the test's thread:
     /// the fake collector runs on it).
     pub async fn flush(&self) {

@@ -74,6 +74,7 @@ async fn piped_commands_in_text() {
             "/verbosity verbose",
             "/response-tier quality",
             "/exercises",
+            "/doctor",
             "/end",
             "y",
             "/memory clear all",
@@ -100,6 +101,9 @@ async fn piped_commands_in_text() {
         "Verbosity: verbose.",
         "Response tier: quality",
         "Guided exercises",
+        "ok       database",
+        "ok       crisis directory",
+        "ok       model endpoint    not used (deterministic mode)",
         "Was this session helpful? [y]es / [n]o / [s]kip",
         "Type CLEAR to delete all permanently",
         "Nothing deleted.",
@@ -180,8 +184,8 @@ fn piped_commands_in_json_print_one_object_per_result() {
     assert_eq!(objects[6]["command"], "exit");
 }
 
-#[test]
-fn exit_after_a_conversation_asks_for_feedback() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_after_a_conversation_asks_for_feedback() {
     let home = tempfile::tempdir().unwrap();
     let data = home.path().join("db");
     let out = pipe(
@@ -200,6 +204,18 @@ fn exit_after_a_conversation_asks_for_feedback() {
     assert!(objects[1]["question"].is_string());
     assert_eq!(objects[2]["command"], "exit");
     assert_eq!(objects[2]["data"]["feedback"], "positive");
+    // Recorded as feedback given on leaving (source cli_exit).
+    let (backend, _) = open(&data).await;
+    let feedback: Vec<(String, String)> =
+        sqlx::query_as("SELECT label, source FROM session_feedback ORDER BY insertion_order")
+            .fetch_all(backend.pool())
+            .await
+            .unwrap();
+    backend.close().await;
+    assert_eq!(
+        feedback,
+        vec![("positive".to_owned(), "cli_exit".to_owned())]
+    );
 }
 
 #[test]
@@ -311,4 +327,77 @@ fn safety_plan_by_commands_and_sos_without_a_model() {
     let after = &out[out.find("Your safety plan is deleted.").unwrap()..];
     assert!(after.contains("Verified crisis lines"), "{after}");
     assert!(!after.contains("Dolores"), "{after}");
+}
+
+/// `--memory-mode guest` is incognito: the turn is answered and nothing
+/// reaches the disk, not even an empty database.
+#[test]
+fn memory_mode_guest_keeps_nothing_on_disk() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("db");
+    let out = pipe(
+        home.path(),
+        &data,
+        home.path(),
+        &["--memory-mode", "guest", "--thread", "g"],
+        &["guest-sentinel words of mine", "/status", "/history"],
+    );
+    assert!(out.contains("memory       incognito"), "{out}");
+    assert!(out.contains("Incognito keeps no history"), "{out}");
+    let files = if data.exists() {
+        walk(&data)
+    } else {
+        Vec::new()
+    };
+    assert!(
+        !files.iter().any(|f| f
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("opencouch.sqlite3"))),
+        "{files:?}"
+    );
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("guest-sentinel"));
+    }
+}
+
+/// `--response-model-tier quality` has the quality model write replies
+/// (`/response-tier` shows it; the fake model sees it asked for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_model_tier_quality_asks_the_quality_model() {
+    let fake = opencouch_testkit::FakeOpenAi::start().await;
+    opencouch_testkit::canned::script_calm_model(&fake, "That sounds like a lot.");
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("db");
+    let mut child = common::clean(home.path())
+        .env("OPENCOUCH_MODE", "hybrid")
+        .env("OPENCOUCH_NO_MODEL_HINT", "1")
+        .env("OPENAI_BASE_URL", fake.base_url())
+        .env("OPENAI_API_KEY", "sk-fake")
+        .env("OPENCOUCH_FAST_MODEL", "fast-one")
+        .env("OPENCOUCH_QUALITY_MODEL", "quality-one")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["chat", "--response-model-tier", "quality", "--thread", "q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "/response-tier").unwrap();
+        writeln!(stdin, "my week was long").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("Response tier: quality."), "{stdout}");
+    assert!(stdout.contains("That sounds like a lot."), "{stdout}");
+    let models: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.body["model"].as_str().map(str::to_owned))
+        .collect();
+    assert!(models.iter().any(|m| m == "quality-one"), "{models:?}");
 }

@@ -81,6 +81,19 @@ impl Tmux {
         self.keys(&["Enter"]);
     }
 
+    /// Resizes the window (the client redraws at the new size).
+    fn resize(&self, width: u16, height: u16) {
+        let status = self
+            .cmd()
+            .args(["resize-window", "-t", "t", "-x"])
+            .arg(width.to_string())
+            .arg("-y")
+            .arg(height.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     fn screen(&self) -> String {
         let out = self
             .cmd()
@@ -210,17 +223,65 @@ async fn full_screen_session_in_tmux() {
     let screen = tmux.wait_for("Continuing thread main");
     assert!(screen.contains("thread main"), "{screen}");
 
-    // A crisis turn shows the resources panel, which stays.
+    // A crisis turn shows the resources panel, and Ctrl-C never stops it:
+    // the crisis reply's model call is held until Ctrl-C was pressed.
+    fake.push_when(
+        Match::tool_offered("lookup_crisis_resources"),
+        Reply::text("I'm really glad you told me. Please reach out to one of these lines now.")
+            .held(),
+    );
     tmux.line("I want to kill myself tonight, I have the pills ready");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !fake
+        .requests()
+        .iter()
+        .any(|r| r.raw_body.contains("lookup_crisis_resources"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the crisis reply was never asked for"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("stopping… (a crisis reply is never stopped)");
+    fake.release();
     // No country is known: the verified international directories.
-    let screen = tmux.wait_for("You deserve support right now");
+    let screen = tmux.wait_for("┌ You deserve support right now");
     assert!(screen.contains("findahelpline.com"), "{screen}");
+    let screen = tmux.wait_for("Enter send");
+    assert!(!screen.contains("Stopped."), "{screen}");
+
+    // The panel stays while the episode is open: another turn.
+    tmux.line("thank you, I will keep the number close");
+    // In the transcript (a leading space), not in the input box (a border).
+    tmux.wait_for("\n thank you, I will keep the number close");
+    let screen = tmux.wait_for("Enter send");
+    assert!(
+        screen.contains("┌ You deserve support right now"),
+        "{screen}"
+    );
+
+    // A narrow window: every header field and the panel, nothing wider.
+    tmux.resize(60, 30);
+    let screen = tmux.wait_for(" hybrid │ persistent │ main │ sam │ fake-model");
+    assert!(
+        screen.contains("┌ You deserve support right now"),
+        "{screen}"
+    );
+    assert!(screen.contains("findahelpline.com"), "{screen}");
+    for line in screen.lines() {
+        assert!(line.chars().count() <= 60, "{line:?}");
+    }
+    tmux.resize(100, 30);
+    tmux.wait_for("OpenCouch │ hybrid │ persistent │ thread main │ owner sam");
 
     // /end asks for feedback in the input box's title.
     tmux.line("/end");
     tmux.wait_for("Was this session helpful?");
     tmux.line("y");
     tmux.wait_for("› y");
+    tmux.wait_for("Thank you for the feedback.");
 
     // Ctrl-D leaves.
     tmux.keys(&["C-d"]);
@@ -242,8 +303,24 @@ async fn full_screen_session_in_tmux() {
     }
     let (backend, stores) = common::open(&data).await;
     let history = stores.threads.history("main", 50, None).await.unwrap();
+    let feedback: Vec<(String, String)> =
+        sqlx::query_as("SELECT label, source FROM session_feedback ORDER BY insertion_order")
+            .fetch_all(backend.pool())
+            .await
+            .unwrap();
     backend.close().await;
+    assert_eq!(
+        feedback,
+        vec![("positive".to_owned(), "cli_end".to_owned())]
+    );
     assert!(history.iter().any(|e| e.message.content == sentinel));
+    // The crisis turn was saved although Ctrl-C was pressed during it.
+    assert!(
+        history
+            .iter()
+            .any(|e| e.message.content.contains("I have the pills ready")),
+        "the crisis turn was not saved"
+    );
     assert!(
         !history
             .iter()

@@ -27,6 +27,16 @@ pub enum Entry {
     Error(String),
 }
 
+/// What the crisis panel shows while an episode is open.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CrisisPanel {
+    /// The verified resources (name, phone, SMS, URL).
+    pub resources: Vec<Value>,
+    /// The person's own safety plan, one line per section (empty when
+    /// they have none, and always in incognito).
+    pub plan: Vec<String>,
+}
+
 /// The header's facts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Header {
@@ -214,8 +224,8 @@ pub struct App {
     pub ui_full: bool,
     /// The last turn's diagnostics.
     pub diagnostics: Vec<String>,
-    /// Crisis resources while an episode is open.
-    pub crisis: Option<Vec<Value>>,
+    /// The crisis panel, while an episode is open.
+    pub crisis: Option<CrisisPanel>,
     /// A question waiting for its answer.
     pub question: Option<String>,
     /// The transcript's height at the last draw (PageUp/PageDown steps).
@@ -271,7 +281,10 @@ impl App {
             .as_deref()
             .map(crate::diag::lines)
             .unwrap_or_default();
-        self.crisis = s.crisis_open.then(|| s.crisis_resources.clone());
+        self.crisis = s.crisis_open.then(|| CrisisPanel {
+            resources: s.crisis_resources.clone(),
+            plan: s.crisis_plan.clone(),
+        });
     }
 
     /// Adds command output.

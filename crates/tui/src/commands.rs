@@ -492,6 +492,48 @@ mod tests {
         }
     }
 
+    /// Item 2 of issue 27, word for word: every command exists with help
+    /// text and the arguments the issue names.
+    #[test]
+    fn the_issues_whole_command_set_is_here() {
+        for (name, args) in [
+            ("help", ""),
+            ("status", ""),
+            ("doctor", "verbose"),
+            ("history", "N"),
+            ("context", ""),
+            ("search", "history|memory|all QUERY"),
+            ("summary", "short|full"),
+            ("export", "md|json|txt [FILE]"),
+            ("reset", ""),
+            ("clear", ""),
+            ("end", "new [THREAD]"),
+            ("exit", ""),
+            ("quit", ""),
+            ("keys", ""),
+            ("ui", "compact|full"),
+            ("theme", "mono|contrast|calm"),
+            ("memory", "status|list|recall"),
+            ("threads", "N"),
+            ("resume", "ID"),
+            ("new", "ID"),
+            ("mode", ""),
+            ("response-tier", "fast|quality"),
+            ("verbosity", "compact|verbose"),
+            ("trace", "on|off|once"),
+            ("exercises", ""),
+            ("forget-me", ""),
+        ] {
+            let spec = find(name).unwrap_or_else(|| panic!("/{name} is missing"));
+            assert!(!spec.help.is_empty(), "/{name} has no help");
+            assert!(spec.args.contains(args), "/{name}: {}", spec.args);
+        }
+        let memory = find("memory").map(|s| s.args).unwrap_or_default();
+        for sub in ["status", "list", "recall", "forget", "clear"] {
+            assert!(memory.contains(sub), "/memory {sub}");
+        }
+    }
+
     #[test]
     fn completion_lists_matching_names() {
         assert_eq!(complete("/th"), vec!["theme", "threads"]);

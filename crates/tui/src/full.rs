@@ -59,6 +59,7 @@ enum Wake {
 }
 
 /// What a key asks for.
+#[derive(Debug, PartialEq, Eq)]
 enum Act {
     Nothing,
     Submit(String),
@@ -321,5 +322,178 @@ fn on_key(app: &mut App, key: KeyEvent) -> Act {
             Act::Nothing
         }
         _ => Act::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::{KeyEventState, MouseEvent};
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    use super::*;
+    use crate::theme::ThemeName;
+
+    fn key(code: KeyCode, modifiers: KeyModifiers) -> Event {
+        Event::Key(KeyEvent {
+            code,
+            modifiers,
+            kind: KeyEventKind::Press,
+            state: KeyEventState::NONE,
+        })
+    }
+
+    fn press(app: &mut App, code: KeyCode) -> Act {
+        on_event(app, key(code, KeyModifiers::NONE))
+    }
+
+    fn wheel(app: &mut App, kind: MouseEventKind) -> Act {
+        on_event(
+            app,
+            Event::Mouse(MouseEvent {
+                kind,
+                column: 10,
+                row: 5,
+                modifiers: KeyModifiers::NONE,
+            }),
+        )
+    }
+
+    /// A transcript of forty numbered notices, drawn at `width`×`height`;
+    /// returns the screen's text.
+    fn screen(app: &mut App, width: u16, height: u16) -> String {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a terminal");
+        terminal.draw(|f| crate::ui::draw(f, app)).expect("a frame");
+        let buffer = terminal.backend().buffer().clone();
+        buffer
+            .content()
+            .chunks(width as usize)
+            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn long_app() -> App {
+        let mut app = App::new(ThemeName::Mono);
+        for i in 1..=40 {
+            app.entries
+                .push(Entry::System(format!("notice number {i}")));
+        }
+        app
+    }
+
+    #[test]
+    fn page_up_and_page_down_scroll_by_a_page_and_come_back() {
+        let mut app = long_app();
+        let first = screen(&mut app, 60, 20);
+        assert!(first.contains("notice number 40"), "{first}");
+        assert_eq!(press(&mut app, KeyCode::PageUp), Act::Nothing);
+        assert_eq!(app.scroll, app.page);
+        let up = screen(&mut app, 60, 20);
+        assert!(!up.contains("notice number 40"), "{up}");
+        assert!(up.contains("scrolled"), "{up}");
+        // Far past the top: the scroll stops at the first line.
+        for _ in 0..20 {
+            press(&mut app, KeyCode::PageUp);
+        }
+        let top = screen(&mut app, 60, 20);
+        assert!(top.contains("notice number 1\u{20}"), "{top}");
+        for _ in 0..30 {
+            press(&mut app, KeyCode::PageDown);
+        }
+        assert_eq!(app.scroll, 0);
+        assert_eq!(screen(&mut app, 60, 20), first);
+    }
+
+    #[test]
+    fn the_mouse_wheel_scrolls_three_lines() {
+        let mut app = long_app();
+        screen(&mut app, 60, 20);
+        wheel(&mut app, MouseEventKind::ScrollUp);
+        wheel(&mut app, MouseEventKind::ScrollUp);
+        assert_eq!(app.scroll, 6);
+        wheel(&mut app, MouseEventKind::ScrollDown);
+        assert_eq!(app.scroll, 3);
+        for _ in 0..5 {
+            wheel(&mut app, MouseEventKind::ScrollDown);
+        }
+        assert_eq!(app.scroll, 0);
+    }
+
+    #[test]
+    fn a_resize_draws_the_same_transcript_at_the_new_width() {
+        let mut app = long_app();
+        app.entries.push(Entry::Assistant {
+            text:
+                "A **long** reply that has to wrap once the terminal is narrow enough to need it."
+                    .into(),
+            crisis: false,
+        });
+        let wide = screen(&mut app, 100, 20);
+        assert!(wide.contains("A long reply that has to wrap once the terminal"));
+        assert_eq!(
+            on_event(&mut app, Event::Resize(40, 20)),
+            Act::Nothing,
+            "a resize is drawn on the next loop"
+        );
+        let narrow = screen(&mut app, 40, 20);
+        assert_eq!(app.width, 38);
+        for row in narrow.lines() {
+            assert_eq!(unicode_width::UnicodeWidthStr::width(row), 40);
+        }
+        let want = crate::markdown::render(
+            "A **long** reply that has to wrap once the terminal is narrow enough to need it.",
+            38,
+            &app.theme,
+        );
+        assert!(want.len() > 1);
+        for line in crate::markdown::plain(&want).lines() {
+            assert!(narrow.contains(line), "{line:?} in\n{narrow}");
+        }
+    }
+
+    #[test]
+    fn ctrl_c_cancels_ctrl_d_leaves_and_enter_waits_for_the_turn() {
+        let mut app = App::new(ThemeName::Mono);
+        let ctrl = KeyModifiers::CONTROL;
+        assert_eq!(
+            on_event(&mut app, key(KeyCode::Char('c'), ctrl)),
+            Act::Cancel
+        );
+        assert_eq!(
+            on_event(&mut app, key(KeyCode::Char('d'), ctrl)),
+            Act::Leave
+        );
+        for c in "hi".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        app.busy = true;
+        assert_eq!(press(&mut app, KeyCode::Enter), Act::Nothing);
+        assert_eq!(app.input.text, "hi", "the line waits for the turn to end");
+        app.busy = false;
+        assert_eq!(press(&mut app, KeyCode::Enter), Act::Submit("hi".into()));
+        // Up brings the line back (this run's history, in memory).
+        press(&mut app, KeyCode::Up);
+        assert_eq!(app.input.text, "hi");
+    }
+
+    #[test]
+    fn tab_completes_a_command_and_the_status_line_lists_the_choices() {
+        let mut app = App::new(ThemeName::Mono);
+        for c in "/th".chars() {
+            press(&mut app, KeyCode::Char(c));
+        }
+        let s = screen(&mut app, 80, 12);
+        assert!(s.contains("Tab: /theme /threads"), "{s}");
+        press(&mut app, KeyCode::Char('r'));
+        press(&mut app, KeyCode::Tab);
+        assert_eq!(app.input.text, "/threads ");
+    }
+
+    #[test]
+    fn a_paste_is_one_line_of_input() {
+        let mut app = App::new(ThemeName::Mono);
+        on_event(&mut app, Event::Paste("two\nlines".into()));
+        assert_eq!(app.input.text, "two lines");
     }
 }

@@ -202,8 +202,12 @@ pub struct Session {
     pub last: Option<Box<AgentOutput>>,
     /// Whether a crisis episode is open on this thread.
     pub crisis_open: bool,
-    /// The verified resources of the last crisis reply.
+    /// The verified resources of the last crisis reply (or, on a thread
+    /// resumed with its episode open, the directory's lines).
     pub crisis_resources: Vec<Value>,
+    /// The person's own safety plan as the crisis panel shows it (empty
+    /// without a plan and in incognito).
+    pub crisis_plan: Vec<String>,
     pending: Option<Pending>,
 }
 
@@ -233,7 +237,7 @@ impl Session {
             .thread
             .clone()
             .unwrap_or_else(|| default_thread(opts.user.as_deref()));
-        Ok(Session {
+        let mut session = Session {
             settings,
             provenance: opts.provenance,
             start,
@@ -252,8 +256,13 @@ impl Session {
             last: None,
             crisis_open: false,
             crisis_resources: Vec::new(),
+            crisis_plan: Vec::new(),
             pending: None,
-        })
+        };
+        // A thread continued with its crisis episode open shows the panel
+        // from the start.
+        session.refresh_crisis(false).await;
+        Ok(session)
     }
 
     /// The service.
@@ -317,10 +326,8 @@ impl Session {
         if output.response_type == ResponseType::Crisis && !output.resources.is_empty() {
             self.crisis_resources.clone_from(&output.resources);
         }
-        self.crisis_open = self
-            .episode_open()
-            .await
-            .unwrap_or(output.response_type == ResponseType::Crisis);
+        self.refresh_crisis(output.response_type == ResponseType::Crisis)
+            .await;
         self.last = Some(Box::new(output.clone()));
         let mut extra = Vec::new();
         if self.verbose {
@@ -342,6 +349,25 @@ impl Session {
             .clone()
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| self.thread.clone())
+    }
+
+    /// Reads whether the current thread's crisis episode is open (`open`
+    /// when the thread cannot be read) and, while it is, what the crisis
+    /// panel shows: the verified lines (the directory's when no crisis
+    /// reply of this run gave them) and the person's own safety plan
+    /// (persistent memory only). No model, nothing written.
+    pub async fn refresh_crisis(&mut self, open: bool) {
+        self.crisis_open = self.episode_open().await.unwrap_or(open);
+        if !self.crisis_open {
+            self.crisis_plan.clear();
+            return;
+        }
+        let owner = (self.memory_mode == MemoryMode::Persistent).then(|| self.plan_owner());
+        let sos = self.service.sos(owner.as_deref(), None).await;
+        if self.crisis_resources.is_empty() {
+            self.crisis_resources = sos.resources;
+        }
+        self.crisis_plan = sos.plan.as_ref().map(plan_lines).unwrap_or_default();
     }
 
     /// Whether the current thread's crisis episode is open.
@@ -459,8 +485,10 @@ impl Session {
             ("export", _) => usage("export"),
             ("reset", _) => {
                 let outcome = self.end(None, EndedVia::Terminal).await?;
-                self.crisis_open = false;
                 self.thread_turns = 0;
+                // Ending a session does not close a crisis episode: the
+                // panel stays while the thread's episode is open.
+                self.refresh_crisis(false).await;
                 Reply::ok(
                     "reset",
                     format!(
@@ -1104,7 +1132,7 @@ impl Session {
             ));
         }
         self.switch(id.to_owned());
-        self.crisis_open = self.episode_open().await.unwrap_or(false);
+        self.refresh_crisis(false).await;
         let recent: Vec<(Role, String)> = self
             .recent(20)
             .await?
@@ -1124,6 +1152,7 @@ impl Session {
         self.thread_turns = 0;
         self.crisis_open = false;
         self.crisis_resources.clear();
+        self.crisis_plan.clear();
         self.last = None;
     }
 
@@ -1215,7 +1244,7 @@ impl Session {
                 };
                 let outcome = self.end(Some(feedback), via).await?;
                 self.thread_turns = 0;
-                self.crisis_open = false;
+                self.refresh_crisis(false).await;
                 let mut text = end_text(&outcome);
                 let mut data = json!({
                     "finalized": outcome.finalized,
@@ -1268,6 +1297,7 @@ impl Session {
                         .forget_me_confirm(&ForgetMeConfirm { owner, token })
                         .await?;
                     self.thread_turns = 0;
+                    self.refresh_crisis(false).await;
                     Reply::ok(
                         "forget-me",
                         done.message,
@@ -1279,6 +1309,54 @@ impl Session {
             }
         })
     }
+}
+
+/// At most this many entries of one plan section in the crisis panel (the
+/// verified lines stay in view; `/sos` shows the whole plan).
+const PANEL_ENTRIES: usize = 3;
+
+/// The person's safety plan as the crisis panel shows it: a heading, then
+/// one line per section that helps in the moment (their coping steps, the
+/// people and places, whom to call, what makes things safer, their reasons),
+/// their own numbers marked as theirs, never as verified lines.
+pub fn plan_lines(plan: &opencouch_core::SafetyPlan) -> Vec<String> {
+    use opencouch_core::safety_plan::Section;
+    if plan.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec!["Your own safety plan:".to_owned()];
+    for section in [
+        Section::Coping,
+        Section::Distractions,
+        Section::People,
+        Section::Professionals,
+        Section::SafeEnvironment,
+        Section::ReasonsToLive,
+    ] {
+        let entries: Vec<String> = if let Some(contacts) = plan.contacts(section) {
+            contacts
+                .iter()
+                .map(|c| match &c.phone {
+                    Some(p) => format!("{} (your number: {p})", c.name),
+                    None => c.name.clone(),
+                })
+                .collect()
+        } else {
+            plan.texts(section)
+                .map(<[String]>::to_vec)
+                .unwrap_or_default()
+        };
+        if entries.is_empty() {
+            continue;
+        }
+        let shown: Vec<&str> = entries
+            .iter()
+            .take(PANEL_ENTRIES)
+            .map(String::as_str)
+            .collect();
+        lines.push(format!("{}: {}", section.title(), shown.join("; ")));
+    }
+    lines
 }
 
 fn usage(name: &str) -> Reply {

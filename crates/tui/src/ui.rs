@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use serde_json::Value;
 use unicode_width::UnicodeWidthStr;
 
-use crate::app::{App, Entry};
+use crate::app::{App, CrisisPanel, Entry};
 use crate::markdown::{self, wrap};
 use crate::theme::Theme;
 
@@ -76,31 +76,90 @@ pub fn resource_line(r: &Value) -> String {
     format!("{}: {}", s("name").unwrap_or("support"), parts.join(" · "))
 }
 
-fn crisis_lines(resources: &[Value], t: &Theme) -> Vec<Line<'static>> {
-    let mut lines: Vec<Line<'static>> = resources
-        .iter()
-        .map(|r| Line::from(Span::styled(resource_line(r), t.text)))
-        .collect();
-    lines.push(Line::from(Span::styled(
-        "If you are in immediate danger, call your local emergency number.",
+/// The crisis panel's lines wrapped to `width`: the verified lines, what
+/// to do in immediate danger, then the person's own plan.
+pub fn crisis_lines(panel: &CrisisPanel, width: usize, t: &Theme) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    let mut add = |text: String, style: ratatui::style::Style| {
+        let spans = vec![Span::styled(text, style)];
+        lines.extend(wrap(&spans, width, "", "  ", style));
+    };
+    for r in &panel.resources {
+        add(resource_line(r), t.text);
+    }
+    add(
+        "If you are in immediate danger, call your local emergency number.".to_owned(),
         t.crisis,
-    )));
+    );
+    for (i, l) in panel.plan.iter().enumerate() {
+        add(l.clone(), if i == 0 { t.label } else { t.text });
+    }
     lines
 }
 
-fn header_line(app: &App, width: u16) -> Line<'static> {
-    let h = &app.header;
-    let text = format!(
-        " OpenCouch │ {} │ {} │ thread {} │ owner {} │ model {}",
-        h.mode, h.memory, h.thread, h.owner, h.model
-    );
-    let mut s: String = String::new();
-    for c in text.chars() {
-        if (s.clone() + &c.to_string()).width() > width as usize {
+/// The crisis panel's height in rows (borders included) in a screen of
+/// `screen` rows: all its lines, at most half the screen.
+fn panel_height(lines: usize, screen: u16) -> u16 {
+    let want = u16::try_from(lines).unwrap_or(u16::MAX).saturating_add(2);
+    want.min((screen / 2).max(3))
+}
+
+/// Shortens `s` to `max` columns (an ellipsis marks the cut).
+fn shorten(s: &str, max: usize) -> String {
+    if s.width() <= max {
+        return s.to_owned();
+    }
+    let mut out = String::new();
+    for c in s.chars() {
+        if out.width() + c.to_string().width() + 1 > max {
             break;
         }
-        s.push(c);
+        out.push(c);
     }
+    out.push('…');
+    out
+}
+
+/// The header's text for `width` columns: every field (mode, memory mode,
+/// thread, owner, model) stays; the brand and the labels go first when the
+/// terminal is narrow, then the longest of thread, owner and model is
+/// shortened.
+pub fn header_text(h: &crate::app::Header, width: usize) -> String {
+    let candidates = [
+        format!(
+            " OpenCouch │ {} │ {} │ thread {} │ owner {} │ model {}",
+            h.mode, h.memory, h.thread, h.owner, h.model
+        ),
+        format!(
+            " {} │ {} │ thread {} │ owner {} │ model {}",
+            h.mode, h.memory, h.thread, h.owner, h.model
+        ),
+        format!(
+            " {} │ {} │ {} │ {} │ {}",
+            h.mode, h.memory, h.thread, h.owner, h.model
+        ),
+    ];
+    if let Some(fits) = candidates.iter().find(|c| c.width() <= width) {
+        return fits.clone();
+    }
+    let mut fields = [h.thread.clone(), h.owner.clone(), h.model.clone()];
+    loop {
+        let text = format!(
+            " {} │ {} │ {} │ {} │ {}",
+            h.mode, h.memory, fields[0], fields[1], fields[2]
+        );
+        let over = text.width().saturating_sub(width);
+        let longest = (0..3).max_by_key(|&i| fields[i].width()).unwrap_or(0);
+        let len = fields[longest].width();
+        if over == 0 || len <= 2 {
+            return shorten(&text, width);
+        }
+        fields[longest] = shorten(&fields[longest], len.saturating_sub(over).max(2));
+    }
+}
+
+fn header_line(app: &App, width: u16) -> Line<'static> {
+    let s = header_text(&app.header, width as usize);
     let pad = (width as usize).saturating_sub(s.width());
     Line::from(Span::styled(
         format!("{s}{}", " ".repeat(pad)),
@@ -135,10 +194,13 @@ fn status_line(app: &App) -> String {
 pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
     let area = frame.area();
     let t = app.theme;
-    let crisis_height = app
+    let crisis = app
         .crisis
         .as_ref()
-        .map_or(0, |r| (r.len() as u16 + 3).min(area.height / 3));
+        .map(|p| crisis_lines(p, area.width.saturating_sub(2).max(8) as usize, &t));
+    let crisis_height = crisis
+        .as_ref()
+        .map_or(0, |l| panel_height(l.len(), area.height));
     let rows = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
@@ -151,15 +213,19 @@ pub fn draw(frame: &mut Frame<'_>, app: &mut App) {
         .split(area);
     frame.render_widget(Paragraph::new(header_line(app, area.width)), rows[0]);
 
-    if let Some(resources) = &app.crisis {
+    if let Some(mut lines) = crisis {
+        let room = rows[1].height.saturating_sub(2) as usize;
+        if lines.len() > room && room > 0 {
+            // The verified lines come first and stay; what does not fit
+            // of the plan is one command away.
+            lines.truncate(room - 1);
+            lines.push(Line::from(Span::styled("… /sos shows all of it", t.system)));
+        }
         let block = Block::default()
             .borders(Borders::ALL)
             .border_style(t.crisis)
             .title(Span::styled(" You deserve support right now ", t.crisis));
-        let p = Paragraph::new(crisis_lines(resources, &t))
-            .block(block)
-            .wrap(Wrap { trim: true });
-        frame.render_widget(p, rows[1]);
+        frame.render_widget(Paragraph::new(lines).block(block), rows[1]);
     }
 
     let (talk, diag) = split_body(rows[2], app.ui_full);

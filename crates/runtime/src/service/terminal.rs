@@ -77,7 +77,14 @@ impl Service {
             DoctorCheck::new(
                 "database",
                 CheckLevel::Ok,
-                format!("{label} answers; migrations applied at start-up (schema {})", opencouch_store::sqlite::schema_version()),
+                // The store refuses to start on a database whose applied
+                // migrations this build does not know, and applies the
+                // missing ones at start-up: a store that answers is at
+                // this build's schema version.
+                format!(
+                    "{label} answers; schema version {} (every migration of this build applied)",
+                    opencouch_store::sqlite::schema_version()
+                ),
             )
         } else {
             DoctorCheck::new("database", CheckLevel::Error, format!("{label} does not answer"))
@@ -86,7 +93,7 @@ impl Service {
         if settings.database_url.is_none() {
             checks.push(data_dir_check(settings));
         }
-        checks.push(embedding_check(settings));
+        checks.push(embedding_check(settings).await);
         checks.push(endpoint_check(settings, self.mode()).await);
         checks.push(match self.semantic_status() {
             Some(status @ SemanticStatus::On) => {
@@ -153,12 +160,40 @@ fn data_dir_check(settings: &Settings) -> DoctorCheck {
     }
 }
 
-fn embedding_check(settings: &Settings) -> DoctorCheck {
+/// The embedding model: the local one is checked and loaded (the weights
+/// this process's turns share), a remote one is named (its endpoint is the
+/// model endpoint's check), none is a warning.
+async fn embedding_check(settings: &Settings) -> DoctorCheck {
+    let name = "embedding model";
     let detail = crate::embeddings::describe(settings);
-    if crate::embeddings::local_model(settings).is_some() || settings.embedding_model.is_some() {
-        DoctorCheck::new("embedding model", CheckLevel::Ok, detail)
+    if let Some(found) = crate::embeddings::local_model(settings) {
+        let dir = found.dir.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let model = crate::embeddings::shared_local(&dir)?;
+            model.ensure_loaded().map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        return match loaded {
+            Ok(()) => DoctorCheck::new(
+                name,
+                CheckLevel::Ok,
+                format!("{detail}: present and loaded"),
+            ),
+            Err(e) => DoctorCheck::new(name, CheckLevel::Error, format!("{detail}: {e}")).fix(
+                "`opencouch models install` installs a fresh copy (or fix embedding_model_dir)",
+            ),
+        };
+    }
+    if settings.embedding_model.is_some() {
+        DoctorCheck::new(
+            name,
+            CheckLevel::Ok,
+            format!("{detail} (loaded by that server)"),
+        )
     } else {
-        DoctorCheck::new("embedding model", CheckLevel::Warning, detail)
+        DoctorCheck::new(name, CheckLevel::Warning, detail)
             .fix("`opencouch models install` adds the local all-MiniLM-L6-v2 model")
     }
 }

@@ -182,6 +182,27 @@ impl HttpCore {
         }
     }
 
+    /// One `GET {base}/{path}` with the key when one is set, no retries and
+    /// no body read: the status the server answers (a reachability check).
+    pub(crate) async fn get_status(&self, path: &str, timeout: Duration) -> Result<u16, LlmError> {
+        let url = format!("{}/{}", self.base_url, path.trim_start_matches('/'));
+        let mut rb = self.client.get(url).timeout(timeout);
+        if let Some(key) = &self.api_key {
+            rb = rb.bearer_auth(key);
+        }
+        match rb.send().await {
+            Ok(resp) => Ok(resp.status().as_u16()),
+            Err(e) if e.is_timeout() => Err(LlmError::Timeout { after: timeout }),
+            Err(e) => Err(LlmError::Connection {
+                detail: if e.is_connect() {
+                    "cannot connect".to_owned()
+                } else {
+                    "the request failed".to_owned()
+                },
+            }),
+        }
+    }
+
     fn request(&self, path: &str, body: &Bytes, sse: bool) -> reqwest::RequestBuilder {
         let url = format!("{}/{}", self.base_url, path.trim_start_matches('/'));
         let mut rb = self

@@ -50,6 +50,12 @@ impl OpenAiCompatClient {
         &self.config
     }
 
+    /// One `GET {base}/models` with the configured key (HTTP or HTTPS), no
+    /// retries: the HTTP status, for `opencouch doctor`'s reachability check.
+    pub async fn probe_models(&self, timeout: Duration) -> Result<u16, LlmError> {
+        self.core.get_status("models", timeout).await
+    }
+
     /// The JSON body sent for `req` (exposed for tests and debugging tools).
     pub fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
         serde_json::to_value(self.wire_request(req, stream)).unwrap_or(Value::Null)

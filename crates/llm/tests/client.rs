@@ -699,3 +699,71 @@ async fn tricky_texts_survive_streaming_and_json_exactly() {
         assert_eq!(whole.text, want, "complete {text:?}");
     }
 }
+
+/// `probe_models` (doctor's reachability check): one GET of `/models` with
+/// the key, no retry, the status as the server answered it.
+#[tokio::test]
+async fn probe_models_sends_one_get_with_the_key_and_returns_the_status() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let mut heads = Vec::new();
+        // Two connections at most: a retry would show as a second head.
+        for _ in 0..2 {
+            let accepted =
+                tokio::time::timeout(Duration::from_millis(500), listener.accept()).await;
+            let Ok(Ok((mut sock, _))) = accepted else {
+                break;
+            };
+            let mut buf = vec![0u8; 4096];
+            let n = sock.read(&mut buf).await.expect("read");
+            heads.push(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+            sock.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .expect("write");
+        }
+        heads
+    });
+    let client = OpenAiCompatClient::new(LlmConfig {
+        base_url: format!("http://{addr}/v1"),
+        api_key: Some("sk-probe-key".into()),
+        ..LlmConfig::default()
+    })
+    .expect("valid config");
+    let status = client
+        .probe_models(Duration::from_secs(3))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 401);
+    let heads = server.await.expect("server");
+    assert_eq!(heads.len(), 1, "one request, no retry: {heads:?}");
+    assert!(heads[0].starts_with("get /v1/models "), "{}", heads[0]);
+    assert!(
+        heads[0].contains("authorization: bearer sk-probe-key"),
+        "the key is sent"
+    );
+}
+
+#[tokio::test]
+async fn probe_models_reports_a_refused_connection() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let client = OpenAiCompatClient::new(LlmConfig {
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+        ..LlmConfig::default()
+    })
+    .expect("valid config");
+    let err = client
+        .probe_models(Duration::from_secs(3))
+        .await
+        .expect_err("nothing listens");
+    assert!(matches!(err, LlmError::Connection { .. }), "{err:?}");
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+}

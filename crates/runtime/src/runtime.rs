@@ -386,6 +386,14 @@ pub fn model_from_settings(
     if settings.effective_mode() == RuntimeMode::Deterministic {
         return Ok(None);
     }
+    let client = OpenAiCompatClient::new(llm_config(settings))
+        .map_err(|e| RuntimeError::Model(e.to_string()))?;
+    Ok(Some(Arc::new(client)))
+}
+
+/// The model client's configuration from the settings (base URL, key,
+/// tier models, timeouts and caps).
+pub(crate) fn llm_config(settings: &Settings) -> LlmConfig {
     let mut config = LlmConfig::openai(settings.api_key.as_ref().map(|k| k.expose().to_owned()));
     config.base_url = settings.base_url.clone();
     config.require_key = settings.base_url == opencouch_config::DEFAULT_BASE_URL;
@@ -398,8 +406,7 @@ pub fn model_from_settings(
     config.max_attempts = settings.model_max_attempts;
     config.max_event_bytes = cap_bytes(settings.model_max_event_bytes);
     config.max_response_bytes = cap_bytes(settings.model_max_response_bytes);
-    let client = OpenAiCompatClient::new(config).map_err(|e| RuntimeError::Model(e.to_string()))?;
-    Ok(Some(Arc::new(client)))
+    config
 }
 
 /// A byte cap from the settings (validated to at most 256 MiB) as a `usize`.

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use opencouch_config::Settings;
 use opencouch_core::RuntimeMode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::api::Service;
 use crate::semantic::SemanticStatus;
@@ -205,27 +204,16 @@ async fn endpoint_check(settings: &Settings, mode: RuntimeMode) -> DoctorCheck {
     }
     let url = settings.base_url.trim_end_matches('/');
     let shown = mask(url);
-    match tokio::time::timeout(ENDPOINT_TIMEOUT, probe(url)).await {
-        Ok(Ok(Probe::Http(status))) if status < 500 => DoctorCheck::new(
-            name,
-            CheckLevel::Ok,
-            format!("{shown} answers (HTTP {status} to GET /models)"),
-        ),
-        Ok(Ok(Probe::Http(status))) => DoctorCheck::new(
-            name,
-            CheckLevel::Warning,
-            format!("{shown} answers HTTP {status}"),
-        )
-        .fix("the model server reports an error; check its logs"),
-        Ok(Ok(Probe::Connected)) => DoctorCheck::new(
-            name,
-            CheckLevel::Ok,
-            format!("{shown} accepts connections (TLS and key not checked)"),
-        ),
-        Ok(Err(e)) => DoctorCheck::new(name, CheckLevel::Error, format!("{shown}: {e}")).fix(
-            "check OPENCOUCH_BASE_URL and that the model server runs, or use --mode deterministic",
-        ),
-        Err(_) => DoctorCheck::new(
+    let client = match opencouch_llm::OpenAiCompatClient::new(crate::runtime::llm_config(settings))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return DoctorCheck::new(name, CheckLevel::Error, format!("{shown}: {e}"))
+                .fix("set OPENCOUCH_BASE_URL to an http(s) URL such as http://127.0.0.1:8080/v1");
+        }
+    };
+    let too_slow = || {
+        DoctorCheck::new(
             name,
             CheckLevel::Error,
             format!(
@@ -233,7 +221,31 @@ async fn endpoint_check(settings: &Settings, mode: RuntimeMode) -> DoctorCheck {
                 ENDPOINT_TIMEOUT.as_secs()
             ),
         )
-        .fix("check OPENCOUCH_BASE_URL and the network, or use --mode deterministic"),
+        .fix("check OPENCOUCH_BASE_URL and the network, or use --mode deterministic")
+    };
+    // One GET /models with the configured key, over HTTP or HTTPS.
+    match tokio::time::timeout(ENDPOINT_TIMEOUT, client.probe_models(ENDPOINT_TIMEOUT)).await {
+        Ok(Ok(status @ (401 | 403))) => DoctorCheck::new(
+            name,
+            CheckLevel::Error,
+            format!("{shown} refused the API key (HTTP {status} to GET /models)"),
+        )
+        .fix("check OPENCOUCH_API_KEY (or the key in the config file)"),
+        Ok(Ok(status)) if status < 500 => DoctorCheck::new(
+            name,
+            CheckLevel::Ok,
+            format!("{shown} answers (HTTP {status} to GET /models)"),
+        ),
+        Ok(Ok(status)) => DoctorCheck::new(
+            name,
+            CheckLevel::Warning,
+            format!("{shown} answers HTTP {status}"),
+        )
+        .fix("the model server reports an error; check its logs"),
+        Ok(Err(opencouch_llm::LlmError::Timeout { .. })) | Err(_) => too_slow(),
+        Ok(Err(e)) => DoctorCheck::new(name, CheckLevel::Error, format!("{shown}: {e}")).fix(
+            "check OPENCOUCH_BASE_URL and that the model server runs, or use --mode deterministic",
+        ),
     }
 }
 
@@ -276,56 +288,6 @@ fn trace_export_check(
     }
 }
 
-enum Probe {
-    Http(u16),
-    Connected,
-}
-
-/// `scheme://host[:port]/path` → (tls, host, port, path).
-fn split_url(url: &str) -> Option<(bool, String, u16, String)> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else {
-        (false, url.strip_prefix("http://")?)
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].to_owned()),
-        None => (rest, String::new()),
-    };
-    let authority = authority.rsplit('@').next().unwrap_or(authority);
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h.to_owned(), p.parse().ok()?),
-        _ => (authority.to_owned(), if tls { 443 } else { 80 }),
-    };
-    Some((tls, host, port, path))
-}
-
-/// One `GET {base}/models` over plain HTTP, or a connection for HTTPS.
-async fn probe(url: &str) -> Result<Probe, String> {
-    let (tls, host, port, path) = split_url(url).ok_or("not an http(s) URL")?;
-    let mut conn = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
-        .await
-        .map_err(|e| format!("cannot connect ({})", e.kind()))?;
-    if tls {
-        return Ok(Probe::Connected);
-    }
-    let req = format!("GET {path}/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    conn.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("write failed ({})", e.kind()))?;
-    let mut head = vec![0u8; 64];
-    let n = conn
-        .read(&mut head)
-        .await
-        .map_err(|e| format!("read failed ({})", e.kind()))?;
-    let text = String::from_utf8_lossy(&head[..n]);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .map(Probe::Http)
-        .ok_or_else(|| "not an HTTP answer".to_owned())
-}
-
 /// A URL without its user info (never show a password).
 pub(crate) fn mask(url: &str) -> String {
     match (url.find("://"), url.find('@')) {
@@ -339,17 +301,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_split_and_mask() {
-        assert_eq!(
-            split_url("http://127.0.0.1:8080/v1"),
-            Some((false, "127.0.0.1".into(), 8080, "/v1".into()))
-        );
-        assert_eq!(
-            split_url("https://api.example.org/v1"),
-            Some((true, "api.example.org".into(), 443, "/v1".into()))
-        );
-        assert_eq!(split_url("ftp://x"), None);
+    fn urls_are_masked() {
         assert_eq!(mask("https://u:p@h/v1"), "https://h/v1");
+        assert_eq!(mask("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1");
     }
 
     #[test]

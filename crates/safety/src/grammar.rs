@@ -110,6 +110,7 @@ tags! {
     Edge = "edge",
     MeansTransit = "means_transit",
     OnTracks = "on_tracks",
+    Sealed = "sealed",
     ToTracks = "to_tracks",
     MeansGas = "means_gas",
     MeansCar = "means_car",
@@ -1523,6 +1524,13 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
             && st.has(Tag::MeansGas)
             && st.any(Tags::of(&[Tag::Prepared, Tag::LethalSite]))
             && !c.tags.has(Tag::Negator)
+        {
+            report.add(Construct::CarExhaust);
+        }
+        // Gas with the room sealed: the kitchen's cooking sense does not
+        // make "sealed the kitchen door with towels and turned the gas on"
+        // ordinary.
+        if !s.question && st.has(Tag::MeansGas) && st.has(Tag::Sealed) && !c.tags.has(Tag::Negator)
         {
             report.add(Construct::CarExhaust);
         }

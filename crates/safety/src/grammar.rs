@@ -1518,19 +1518,14 @@ fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarR
         if !benign && !s.question && (on_tracks || to_tracks) && !c.tags.has(Tag::Negator) {
             report.add(Construct::AtHeight);
         }
-        // Car exhaust, charcoal or gas made ready.
+        // Car exhaust, charcoal or gas made ready. A sealed room counts
+        // even where the rules saw cooking: "sealed the kitchen door with
+        // towels and turned the gas on" is not about dinner.
         if !s.question
-            && !benign
             && st.has(Tag::MeansGas)
-            && st.any(Tags::of(&[Tag::Prepared, Tag::LethalSite]))
+            && ((!benign && st.any(Tags::of(&[Tag::Prepared, Tag::LethalSite])))
+                || st.has(Tag::Sealed))
             && !c.tags.has(Tag::Negator)
-        {
-            report.add(Construct::CarExhaust);
-        }
-        // Gas with the room sealed: the kitchen's cooking sense does not
-        // make "sealed the kitchen door with towels and turned the gas on"
-        // ordinary.
-        if !s.question && st.has(Tag::MeansGas) && st.has(Tag::Sealed) && !c.tags.has(Tag::Negator)
         {
             report.add(Construct::CarExhaust);
         }

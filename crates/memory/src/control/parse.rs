@@ -103,7 +103,7 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
     if c.recall_on.iter().any(|p| contains_phrase(body, p)) {
         return Some(MemoryAction::SetRecall { enabled: true });
     }
-    if c.recall_off.iter().any(|p| contains_phrase(body, p)) {
+    if c.recall_off.iter().any(|p| contains_phrase(body, p)) || asks_to_stop_saving(message) {
         return Some(MemoryAction::SetRecall { enabled: false });
     }
     if let Some(rest) = strip_prefix_any(body, &c.save_prefixes) {
@@ -239,10 +239,32 @@ fn preference_body(body: &str) -> Option<&str> {
     IMPERATIVE_OPENERS.contains(&first).then_some(body)
 }
 
+/// Whether a sentence of `message` opens (after fillers and "from now on")
+/// with a request to stop keeping things: "from now on don't save anything
+/// I say", "please stop remembering things". "I want to stop remembering my
+/// ex" does not open with it.
+pub fn asks_to_stop_saving(message: &str) -> bool {
+    sentences(message)
+        .into_iter()
+        .any(|(s, _)| stop_saving_sentence(&fold(s)))
+}
+
+fn stop_saving_sentence(folded: &str) -> bool {
+    let c = &lexicon().control;
+    let (rest, _) = strip_fillers(folded.trim(), &c.request_fillers, &c.request_askers);
+    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
+    let (rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
+    lead(rest, &c.stop_saving).is_some()
+}
+
 /// Reads one sentence as an explicit request to remember something.
 fn parse_save_sentence(sentence: &str, question: bool) -> Option<MemoryAction> {
     let c = &lexicon().control;
     let f = Folded::new(sentence);
+    if stop_saving_sentence(&f.folded) {
+        // A request to keep nothing is not a preference to save.
+        return None;
+    }
     let (rest, asked) = strip_fillers(f.folded.trim(), &c.request_fillers, &c.request_askers);
     // "from now on, keep your answers short" / "keep it short from now on".
     let cue_body = lead(rest, &c.preference_cues).map(|(_, b)| b).or_else(|| {

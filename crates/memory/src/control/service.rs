@@ -418,7 +418,9 @@ impl MemoryControlService {
         let reply = if enabled {
             "Proactive recall is on: I may bring up things from earlier sessions when they seem relevant."
         } else {
-            "Proactive recall is off: I won't bring up earlier sessions unless you ask."
+            "Proactive recall is off: I won't bring up earlier sessions unless you ask. \
+             Memory is still kept, and yours to see or delete; to keep nothing from a \
+             conversation, use incognito."
         };
         Ok(ControlOutcome {
             side_effect: changed,

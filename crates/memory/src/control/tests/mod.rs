@@ -608,9 +608,45 @@ fn explicit_saves_are_read_in_the_persons_words() {
         ("from now on I'm going to go running every morning", None),
         ("my mum always says remember who you are", None),
         ("remember to breathe", None),
+        (
+            "remember that I don't like being told to meditate",
+            pref("I don't like being told to meditate"),
+        ),
+        (
+            "please remember I hate when you give me lists",
+            pref("I hate when you give me lists"),
+        ),
+        (
+            "remember that I don't like mushrooms",
+            fact("I don't like mushrooms"),
+        ),
+        // Asking to keep nothing is not a preference to keep.
+        ("from now on don't save anything I say", None),
     ];
     for (message, want) in cases {
         assert_eq!(parse_save(message), want, "{message}");
+    }
+}
+
+#[test]
+fn asking_to_keep_nothing_turns_recall_off_only_when_it_opens_the_sentence() {
+    let off = Some(MemoryAction::SetRecall { enabled: false });
+    for message in [
+        "from now on don't save anything I say",
+        "please stop remembering things",
+        "ok, going forward do not store anything",
+        "Long day. From now on, stop saving what I tell you.",
+    ] {
+        assert_eq!(parse_command(message, None), off, "{message}");
+        assert!(asks_to_stop_saving(message), "{message}");
+    }
+    for message in [
+        "I want to stop remembering my ex",
+        "my therapist told me to stop keeping track of calories",
+        "why don't you remember anything I said last week?",
+    ] {
+        assert!(!asks_to_stop_saving(message), "{message}");
+        assert_ne!(parse_command(message, None), off, "{message}");
     }
 }
 

@@ -11,10 +11,11 @@
 //!
 //! Rows are grouped by their hand-written wording (a hand row and the
 //! variants generated from it form one group), and groups are split by a
-//! hash of the group's first id: 85 % trains, 15 % is held out to choose
+//! hash of the group's hand wording (stable when lines are added): 85 % trains, 15 % is held out to choose
 //! the thresholds (`accept`: the lowest probability, at least 0.5, at which
 //! the held-out precision of the acted-on intents is at least 0.95; `exit`:
-//! the lowest at which no held-out row of another intent is read as a stop).
+//! the lowest at which held-out rows of other intents read as a stop are at
+//! most 0.5 % of the held-out exercise rows of other intents, see below).
 //! The shipped model is the one trained on the 85 %, so the held-out figures
 //! it prints are honest. No evaluation set is read here.
 
@@ -22,7 +23,7 @@ use std::path::PathBuf;
 
 use opencouch_core::fnv;
 use opencouch_learn::{Example, FeatureConfig, Featurizer, TrainConfig, train_softmax};
-use opencouch_runtime::intent::{Intent, context_probabilities, normalize};
+use opencouch_runtime::intent::{Intent, IntentContext, context_probabilities, normalize};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -93,8 +94,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .intent
             .parse()
             .map_err(|_| format!("row {}: unknown intent {}", r.id, r.intent))?;
+        // A hand row opens its group; the group is keyed by the wording
+        // itself (not its row id, which shifts when lines are added), so
+        // editing one file does not reshuffle the whole held-out split.
         if r.source == "hand" || group.is_empty() {
-            group.clone_from(&r.id);
+            group = format!("{}|{}", r.intent, r.text.to_lowercase());
         }
         let context = intent.context();
         let targets = Intent::ALL
@@ -194,14 +198,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .filter(|(g, p, c)| *p == Intent::ExerciseStop && *g != Intent::ExerciseStop && *c >= t)
             .count()
     };
+    // A false exit ends an exercise the person did not ask to leave; a
+    // missed stop keeps them in it one more turn. Demanding *no* held-out
+    // false exit let a single outlying wording (with its generated variants)
+    // set the bar, and the bar swung from 0.60 to 0.83 between retrains while
+    // stop recall fell. The bar is the lowest at which held-out false exits
+    // are at most 0.5 % of the held-out exercise rows of other intents.
+    let others_in_exercise = preds
+        .iter()
+        .filter(|(g, _, _)| g.context() == IntentContext::Exercise && *g != Intent::ExerciseStop)
+        .count();
+    let max_false_exit_rate: f64 = env("LEARN_MAX_FALSE_EXIT_RATE")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.005);
+    let allowed = (others_in_exercise as f64 * max_false_exit_rate).floor() as usize;
     let mut exit = accept;
-    while exit < 0.95 && false_exit(exit) > 0 {
+    while exit < 0.95 && false_exit(exit) > allowed {
         exit += 0.01;
+    }
+    if env("LEARN_DIAG").is_some() {
+        // The held-out rows of other intents read as a stop (corpus text).
+        for ((ex, gold), (_, p, c)) in dev.iter().zip(&preds) {
+            let _ = ex;
+            if *p == Intent::ExerciseStop && *gold != Intent::ExerciseStop && *c >= accept {
+                println!("  read as stop at {c:.2}: {}", gold.as_str());
+            }
+        }
+        for t in [0.5f32, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8] {
+            let stops = preds.iter().filter(|(g, _, _)| *g == Intent::ExerciseStop);
+            let n = stops.clone().count();
+            let hit = stops
+                .filter(|(_, p, c)| *p == Intent::ExerciseStop && *c >= t)
+                .count();
+            println!(
+                "  exit {t:.2}: stop recall {hit}/{n}, false exits {}",
+                false_exit(t)
+            );
+        }
     }
     let (prec, n) = precision_at(accept);
     println!("held out, accept at {accept:.2}: precision {prec:.3} over {n} acted-on rows");
     println!(
-        "held out, exit at {exit:.2}: {} false exits",
+        "held out, exit at {exit:.2}: {} false exits of {others_in_exercise} exercise rows of other intents (at most {allowed})",
         false_exit(exit)
     );
     for i in Intent::ALL {
@@ -218,11 +256,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             gold.len()
         );
     }
+    // The thresholds above were chosen on the held-out 15 %; with
+    // LEARN_SHIP_ALL=1 the shipped weights are retrained on all rows with
+    // the same settings (more wordings, same thresholds; the held-out
+    // figures printed above are then those of the 85 % model).
+    let bytes = if env("LEARN_SHIP_ALL").is_some_and(|v| v == "1") {
+        train_set.extend(dev.into_iter().map(|(ex, _)| ex));
+        let all = train_softmax(&train_set, &heads, *featurizer.config(), &config, &digest)?;
+        println!("shipped weights retrained on all {} rows", train_set.len());
+        all.encode_compact(prune)
+    } else {
+        bytes
+    };
     std::fs::write(root.join("data/intent_layer.bin"), &bytes)?;
     let settings = serde_json::json!({
         "accept": (f64::from(accept) * 100.0).round() / 100.0,
         "exit": (f64::from(exit) * 100.0).round() / 100.0,
-        "chosen_on": format!("the corpus's held-out 15% (grouped by hand wording, split by a hash of the group's first id): accept at the lowest softmax probability >= 0.5 with precision >= {min_precision} over the acted-on intents; exit at the lowest with no held-out false exit"),
+        "chosen_on": format!("the corpus's held-out 15% (grouped by hand wording, split by a hash of the group's hand wording): accept at the lowest softmax probability >= 0.5 with precision >= {min_precision} over the acted-on intents; exit at the lowest with held-out false exits at most {max_false_exit_rate} of the held-out exercise rows of other intents"),
     });
     std::fs::write(
         root.join("data/intent_layer.json"),

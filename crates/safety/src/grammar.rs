@@ -33,12 +33,36 @@
 //! | `repeated_self_injury` | cutting/burning/hitting one's own body + an instrument or repetition | 2 |
 //! | `method_question` | a question + means or act + lethality ("how many … would kill me") | 2 |
 //!
+//! (`final_preparations`, level 3, is final arrangements with a time or a
+//! resolution; `imminent_intent`, level 3, is `intent_act` with time, means
+//! at hand or resolution.)
+//!
 //! The grammar also reports **cues** (a free time word, a resolution, means
 //! at hand) that the classifier combines with the phrase families: explicit
 //! ideation plus any of them is imminent. Benign uses stay 0 because a rule
 //! fires only when its clause is the speaker's own, not negated, not framed
 //! as fiction, study, news or far past, and (for means-based rules) not in a
 //! sentence with a benign purpose.
+//!
+//! ## Where the rules live
+//!
+//! The constructs and cues are data: `data/constructs.toml`, one entry per
+//! construct with its level, a guard and alternatives over named scopes
+//! (the clause's tags, its *live* tags outside a negation, the speaker's
+//! sentence, the whole sentence, the short-sentence-or-clause scope),
+//! sentence and clause facts, message cues and named groups; the file's
+//! header documents the condition language and each entry keeps its example
+//! sentences. The engine is the child module `table` ([`RuleTable`]): it
+//! parses and checks the table once ([`rule_table`], like [`lexicon`]),
+//! compiles every name to a bit or an index, and evaluates bitmask tests
+//! per clause with no string work. A table that does not load is a typed
+//! [`crate::RuleTableError`] reported by [`crate::check_data`] at
+//! start-up; [`analyze`] then finds nothing, but the program never gets
+//! that far. The cues are rules of the same table (tried first, on every
+//! clause; constructs read them). What stays in Rust here is the clause
+//! analysis the rules read (tokens, clauses, who speaks, negation scope,
+//! frames, counts, time phrases), the strip spans and the learned layer's
+//! anchors: they walk tokens, which a table of conditions cannot express.
 //!
 //! The module is pure and allocation-light: one token pass, one table lookup
 //! per token (multi-word entries are checked from their first word).
@@ -197,7 +221,8 @@ impl Tags {
     }
 }
 
-/// A rule of the grammar (see the module table).
+/// A rule of the grammar (see the module table; its conditions are the
+/// entry of the same name in `data/constructs.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Construct {
     /// An overdose already taken.

@@ -35,7 +35,7 @@ pub use classify::{
     idiom_safe_without_risk,
 };
 pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
-pub use error::SafetyError;
+pub use error::{RuleTableError, SafetyError};
 pub use normalize::{Normalized, normalize};
 pub use plan::{CrisisResponsePlan, RiskLabel, build_response_plan, safety_question};
 pub use prompt::{classifier_prompt, normalize_model_output};

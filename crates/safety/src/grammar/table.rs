@@ -726,11 +726,11 @@ pub(super) fn apply(
     };
 
     // Message-level cues first.
-    for i in 0..clauses.len() {
+    for (i, clause) in clauses.iter().enumerate() {
         let ctx = ev.ctx(i);
         for (cue, rule) in &table.cues {
             if ev.rule(rule, i, &ctx) {
-                let b = bit(clauses[i].sentence);
+                let b = bit(clause.sentence);
                 match cue {
                     Cue::Time => {
                         report.time_cue = true;

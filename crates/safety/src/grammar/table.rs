@@ -216,6 +216,11 @@ type Cond = Vec<Atom>;
 /// (or the guard alone when `any` is empty).
 #[derive(Debug, Clone, Default)]
 struct Rule {
+    /// Flags the guard requires set / clear (its one-atom flag conditions,
+    /// folded at load into two masks: the cheap first test of every rule).
+    need: u32,
+    forbid: u32,
+    /// The rest of the guard.
     guard: Vec<Cond>,
     any: Vec<Vec<Cond>>,
 }
@@ -382,15 +387,27 @@ impl Compiler<'_> {
         let conds = |list: &[String]| -> Result<Vec<Cond>, RuleTableError> {
             list.iter().map(|c| self.cond(name, c)).collect()
         };
+        let mut need = 0u32;
+        let mut forbid = 0u32;
+        let mut guard = Vec::new();
+        for cond in conds(&raw.guard)? {
+            match cond.as_slice() {
+                [Atom::Flag { bit, want: true }] => need |= bit,
+                [Atom::Flag { bit, want: false }] => forbid |= bit,
+                _ => guard.push(cond),
+            }
+        }
         let rule = Rule {
-            guard: conds(&raw.guard)?,
+            need,
+            forbid,
+            guard,
             any: raw
                 .any
                 .iter()
                 .map(|alt| conds(alt))
                 .collect::<Result<_, _>>()?,
         };
-        if rule.guard.is_empty() && rule.any.is_empty() || rule.any.iter().any(Vec::is_empty) {
+        if raw.guard.is_empty() && rule.any.is_empty() || rule.any.iter().any(Vec::is_empty) {
             return Err(RuleTableError::Malformed {
                 rule: name.to_owned(),
                 detail: "a rule needs conditions, and every alternative at least one".into(),
@@ -401,6 +418,13 @@ impl Compiler<'_> {
 
     /// The first atom of `rule` that reads a cue, if any.
     fn reads_cue(&self, rule: &Rule) -> Option<String> {
+        let guard_flags = (rule.need | rule.forbid) & flag::FROM_CUES;
+        if guard_flags != 0 {
+            return FLAGS
+                .iter()
+                .find(|(_, b)| b & guard_flags != 0)
+                .map(|(n, _)| (*n).to_owned());
+        }
         rule.guard
             .iter()
             .chain(rule.any.iter().flatten())
@@ -592,21 +616,15 @@ fn near(mask: u64, si: usize) -> bool {
 struct Eval<'a> {
     table: &'a RuleTable,
     clauses: &'a [Clause],
-    sentences: &'a [Sentence],
-    /// Per sentence: the tags of the speaker's clauses.
-    speaker_tags: Vec<Tags>,
-    /// Flags of the whole message (long, risk anchor, the three cues).
-    message: u32,
-    /// Sentences holding a time cue / a resolve cue.
-    time_at: u64,
-    resolve_at: u64,
+    /// Per clause: what its atoms read (cue flags added after the cue
+    /// sweep).
+    ctxs: Vec<Ctx>,
 }
 
-impl Eval<'_> {
-    fn ctx(&self, i: usize) -> Ctx {
-        let c = &self.clauses[i];
-        let s = &self.sentences[c.sentence];
-        let st = self.speaker_tags[c.sentence].0;
+/// The clause's context before the cues are known.
+fn base_ctx(c: &Clause, s: &Sentence, speaker_tags: Tags, message: u32) -> Ctx {
+    {
+        let st = speaker_tags.0;
         let short = s.len <= SHORT_SENTENCE;
         // "yet" keeps negated words alive: "haven't taken them yet".
         let live = if c.tags.has(Tag::Yet) {
@@ -616,9 +634,8 @@ impl Eval<'_> {
         };
         let speaker = c.person == Person::Speaker;
         let framed = framed(c, s);
-        let si = c.sentence;
         let set = |on: bool, bit: u32| if on { bit } else { 0 };
-        let flags = self.message
+        let flags = message
             | set(speaker && !framed, flag::OWN)
             | set(speaker, flag::SPEAKER)
             | set(framed, flag::FRAMED)
@@ -626,11 +643,7 @@ impl Eval<'_> {
             | set(s.tags.any(BENIGN), flag::BENIGN)
             | set(short, flag::SHORT)
             | set(c.dropped_subject, flag::DROPPED_SUBJECT)
-            | set(c.strong_resolve, flag::STRONG_RESOLVE)
-            | set(near(self.time_at, si), flag::TIME_NEARBY)
-            | set(near(self.resolve_at, si), flag::RESOLVE_NEARBY)
-            | set(self.resolve_at & bit(si) != 0, flag::RESOLVE_HERE)
-            | set(self.time_at | self.resolve_at != 0, flag::TIME_OR_RESOLVE);
+            | set(c.strong_resolve, flag::STRONG_RESOLVE);
         Ctx {
             scopes: [
                 c.tags.0,
@@ -649,9 +662,13 @@ impl Eval<'_> {
             ],
         }
     }
+}
 
+impl Eval<'_> {
     fn rule(&self, rule: &Rule, i: usize, ctx: &Ctx) -> bool {
-        rule.guard.iter().all(|c| self.cond(c, i, ctx))
+        ctx.flags & rule.need == rule.need
+            && ctx.flags & rule.forbid == 0
+            && rule.guard.iter().all(|c| self.cond(c, i, ctx))
             && (rule.any.is_empty()
                 || rule
                     .any
@@ -683,13 +700,13 @@ impl Eval<'_> {
             Reach::Clause => self.rule(&g.rule, i, ctx),
             Reach::RestOfSentence => (i..self.clauses.len())
                 .filter(|&o| self.clauses[o].sentence == si)
-                .any(|o| self.rule(&g.rule, o, &self.ctx(o))),
+                .any(|o| self.rule(&g.rule, o, &self.ctxs[o])),
             Reach::AdjacentSentences => (0..self.clauses.len())
                 .filter(|&o| {
                     let so = self.clauses[o].sentence;
                     so + 1 >= si && so <= si + 1
                 })
-                .any(|o| self.rule(&g.rule, o, &self.ctx(o))),
+                .any(|o| self.rule(&g.rule, o, &self.ctxs[o])),
         }
     }
 }
@@ -710,56 +727,60 @@ pub(super) fn apply(
     for c in clauses.iter().filter(|c| c.person == Person::Speaker) {
         speaker_tags[c.sentence].union(c.tags);
     }
+    let message = if long { flag::LONG } else { 0 }
+        | if report.risk_anchor {
+            flag::RISK_ANCHOR
+        } else {
+            0
+        };
     let mut ev = Eval {
         table,
         clauses,
-        sentences,
-        speaker_tags,
-        message: if long { flag::LONG } else { 0 }
-            | if report.risk_anchor {
-                flag::RISK_ANCHOR
-            } else {
-                0
-            },
-        time_at: 0,
-        resolve_at: 0,
+        ctxs: clauses
+            .iter()
+            .map(|c| base_ctx(c, &sentences[c.sentence], speaker_tags[c.sentence], message))
+            .collect(),
     };
 
-    // Message-level cues first.
+    // Message-level cues first. Sentences holding a time / resolve cue.
+    let mut time_at = 0u64;
+    let mut resolve_at = 0u64;
     for (i, clause) in clauses.iter().enumerate() {
-        let ctx = ev.ctx(i);
         for (cue, rule) in &table.cues {
-            if ev.rule(rule, i, &ctx) {
+            if ev.rule(rule, i, &ev.ctxs[i]) {
                 let b = bit(clause.sentence);
                 match cue {
                     Cue::Time => {
                         report.time_cue = true;
-                        ev.time_at |= b;
+                        time_at |= b;
                     }
                     Cue::Resolve => {
                         report.resolve_cue = true;
-                        ev.resolve_at |= b;
+                        resolve_at |= b;
                     }
                     Cue::Means => report.means_cue = true,
                 }
             }
         }
     }
-    for (on, bit) in [
-        (report.time_cue, flag::TIME_CUE),
-        (report.resolve_cue, flag::RESOLVE_CUE),
-        (report.means_cue, flag::MEANS_CUE),
-    ] {
-        if on {
-            ev.message |= bit;
-        }
+    let set = |on: bool, bit: u32| if on { bit } else { 0 };
+    let cues = set(report.time_cue, flag::TIME_CUE)
+        | set(report.resolve_cue, flag::RESOLVE_CUE)
+        | set(report.means_cue, flag::MEANS_CUE)
+        | set(time_at | resolve_at != 0, flag::TIME_OR_RESOLVE);
+    for (ctx, c) in ev.ctxs.iter_mut().zip(clauses) {
+        let si = c.sentence;
+        ctx.flags |= cues
+            | set(near(time_at, si), flag::TIME_NEARBY)
+            | set(near(resolve_at, si), flag::RESOLVE_NEARBY)
+            | set(resolve_at & bit(si) != 0, flag::RESOLVE_HERE);
     }
 
     for sweep in [&table.constructs, &table.last] {
         for i in 0..clauses.len() {
-            let ctx = ev.ctx(i);
+            let ctx = &ev.ctxs[i];
             for (construct, rule) in sweep {
-                if !report.constructs.contains(construct) && ev.rule(rule, i, &ctx) {
+                if !report.constructs.contains(construct) && ev.rule(rule, i, ctx) {
                     report.add(*construct);
                 }
             }

@@ -33,12 +33,36 @@
 //! | `repeated_self_injury` | cutting/burning/hitting one's own body + an instrument or repetition | 2 |
 //! | `method_question` | a question + means or act + lethality ("how many … would kill me") | 2 |
 //!
+//! (`final_preparations`, level 3, is final arrangements with a time or a
+//! resolution; `imminent_intent`, level 3, is `intent_act` with time, means
+//! at hand or resolution.)
+//!
 //! The grammar also reports **cues** (a free time word, a resolution, means
 //! at hand) that the classifier combines with the phrase families: explicit
 //! ideation plus any of them is imminent. Benign uses stay 0 because a rule
 //! fires only when its clause is the speaker's own, not negated, not framed
 //! as fiction, study, news or far past, and (for means-based rules) not in a
 //! sentence with a benign purpose.
+//!
+//! ## Where the rules live
+//!
+//! The constructs and cues are data: `data/constructs.toml`, one entry per
+//! construct with its level, a guard and alternatives over named scopes
+//! (the clause's tags, its *live* tags outside a negation, the speaker's
+//! sentence, the whole sentence, the short-sentence-or-clause scope),
+//! sentence and clause facts, message cues and named groups; the file's
+//! header documents the condition language and each entry keeps its example
+//! sentences. The engine is the child module `table` ([`RuleTable`]): it
+//! parses and checks the table once ([`rule_table`], like [`lexicon`]),
+//! compiles every name to a bit or an index, and evaluates bitmask tests
+//! per clause with no string work. A table that does not load is a typed
+//! [`crate::RuleTableError`] reported by [`crate::check_data`] at
+//! start-up; [`analyze`] then finds nothing, but the program never gets
+//! that far. The cues are rules of the same table (tried first, on every
+//! clause; constructs read them). What stays in Rust here is the clause
+//! analysis the rules read (tokens, clauses, who speaks, negation scope,
+//! frames, counts, time phrases), the strip spans and the learned layer's
+//! anchors: they walk tokens, which a table of conditions cannot express.
 //!
 //! The module is pure and allocation-light: one token pass, one table lookup
 //! per token (multi-word entries are checked from their first word).
@@ -52,6 +76,10 @@ use serde::Deserialize;
 use opencouch_core::fnv::Fnv;
 
 use crate::error::SafetyError;
+
+mod table;
+
+pub use table::{RuleTable, rule_table};
 
 const GRAMMAR_TOML: &str = include_str!("../data/grammar.toml");
 
@@ -193,7 +221,8 @@ impl Tags {
     }
 }
 
-/// A rule of the grammar (see the module table).
+/// A rule of the grammar (see the module table; its conditions are the
+/// entry of the same name in `data/constructs.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Construct {
     /// An overdose already taken.
@@ -224,6 +253,27 @@ pub enum Construct {
 }
 
 impl Construct {
+    /// Every construct (the construct table must define each).
+    pub const ALL: &'static [Construct] = &[
+        Construct::CompletedIngestion,
+        Construct::CompletedCut,
+        Construct::PreparedLigature,
+        Construct::AtHeight,
+        Construct::CarExhaust,
+        Construct::MeansAtHand,
+        Construct::DecisionTime,
+        Construct::FinalPreparations,
+        Construct::ImminentIntent,
+        Construct::IntentAct,
+        Construct::RepeatedSelfInjury,
+        Construct::MethodQuestion,
+    ];
+
+    /// Parses a name of [`Construct::name`].
+    pub fn from_name(name: &str) -> Option<Construct> {
+        Construct::ALL.iter().copied().find(|c| c.name() == name)
+    }
+
     /// Name used in diagnostics and evaluation output.
     pub const fn name(self) -> &'static str {
         match self {
@@ -787,7 +837,6 @@ const LETHAL_MEANS: Tags = Tags::of(&[
     Tag::MeansGun,
     Tag::MeansBlade,
 ]);
-const HOLD: Tags = Tags::of(&[Tag::Possess, Tag::AtHand, Tag::Prepared, Tag::LethalSite]);
 const ACTS: Tags = Tags::of(&[
     Tag::ActIngest,
     Tag::ActJump,
@@ -949,13 +998,14 @@ fn number_value(word: &str) -> Option<u32> {
 /// Runs the grammar on normalized text (the classifier passes the text after
 /// idiom, denial, third-person, quotation and past-risk spans are removed).
 pub fn analyze(text: &str) -> GrammarReport {
-    match lexicon() {
-        Ok(lex) => analyze_with(lex, text),
-        Err(_) => GrammarReport::default(),
+    match (lexicon(), rule_table()) {
+        (Ok(lex), Ok(table)) => analyze_with(lex, table, text),
+        // Data that fails to load is a start-up error (`check_data`).
+        _ => GrammarReport::default(),
     }
 }
 
-fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
+fn analyze_with(lex: &Lexicon, table: &RuleTable, text: &str) -> GrammarReport {
     let mut tokens: Vec<Token> = Vec::with_capacity(text.len() / 4 + 4);
     let question_mark = tokenize(text, &mut tokens);
     let mut report = GrammarReport {
@@ -1200,7 +1250,7 @@ fn analyze_with(lex: &Lexicon, text: &str) -> GrammarReport {
         .iter()
         .any(|c| c.person == Person::Speaker && Tags(c.tags.0 & !c.negated.0).any(ANCHORS));
     report.learned_anchor = learned_anchor(&clauses, &sentences);
-    apply_rules(&clauses, &sentences, &mut report);
+    table::apply(table, &clauses, &sentences, &mut report);
     strip_spans(text, &clauses, &sentences, &mut report);
     report
 }
@@ -1277,422 +1327,13 @@ fn strip_spans(text: &str, clauses: &[Clause], sentences: &[Sentence], report: &
     }
 }
 
-/// Whether a clause is the speaker's own and not framed as hypothetical,
-/// fiction or far past (by its sentence when short, else by itself).
-fn own(c: &Clause, s: &Sentence) -> bool {
-    c.person == Person::Speaker && !framed(c, s)
-}
-
+/// Whether a clause is framed as hypothetical, fiction or far past (by its
+/// sentence when short, else by itself).
 fn framed(c: &Clause, s: &Sentence) -> bool {
     if s.len <= SHORT_SENTENCE {
         s.tags.any(FRAME)
     } else {
         c.tags.any(FRAME)
-    }
-}
-
-/// Whether `tag` occurs in the clause without a negator before it
-/// ("yet" keeps it: "haven't taken them yet").
-fn live(c: &Clause, tag: Tag) -> bool {
-    c.tags.has(tag) && (!c.negated.has(tag) || c.tags.has(Tag::Yet))
-}
-
-fn live_any(c: &Clause, tags: Tags) -> bool {
-    let live = if c.tags.has(Tag::Yet) {
-        c.tags.0
-    } else {
-        c.tags.0 & !c.negated.0
-    };
-    live & tags.0 != 0
-}
-
-fn apply_rules(clauses: &[Clause], sentences: &[Sentence], report: &mut GrammarReport) {
-    // In a long post a time word or "i decided" far from any risk word says
-    // nothing about risk: only cues in risk-bearing clauses count there.
-    let total: usize = sentences.iter().map(|s| s.len).sum();
-    let long = total > 40 || sentences.len() > 3;
-    // Sentences holding each cue (bit per sentence, first 64).
-    let mut time_at = 0u64;
-    let mut resolve_at = 0u64;
-    let near = |mask: u64, si: usize| {
-        let bit = |i: usize| if i < 64 { 1u64 << i } else { 0 };
-        mask & (bit(si) | bit(si + 1) | si.checked_sub(1).map_or(0, bit)) != 0
-    };
-    // Message-level cues first.
-    for c in clauses {
-        let s = sentences[c.sentence];
-        if !own(c, &s) || c.tags.has(Tag::OrdinaryPlan) || c.tags.any(BENIGN) {
-            continue;
-        }
-        let risky = live_any(c, ACTS)
-            || live_any(c, Tags::of(&[Tag::ActDoIt, Tag::Resolve]))
-            || (live(c, Tag::Intent) && live(c, Tag::Death))
-            || (c.tags.any(LETHAL_MEANS) && c.tags.any(HOLD))
-            || (c.tags.any(PLACES) && c.tags.has(Tag::Posture));
-        let standalone = !long && (c.untagged == 0 || (c.len <= 3 && c.untagged <= 1));
-        let bit = if c.sentence < 64 {
-            1u64 << c.sentence
-        } else {
-            0
-        };
-        if live(c, Tag::TimeNear) && (risky || standalone) {
-            report.time_cue = true;
-            time_at |= bit;
-        }
-        // A bare resolution ("i've made up my mind."), not "i decided to
-        // move to a new city".
-        // An everyday resolution word ("i'm sure", "time to go") is a cue
-        // only in a clause that bears risk.
-        if live(c, Tag::Resolve)
-            && (c.strong_resolve || risky)
-            && (c.untagged <= 1 || risky && !long)
-        {
-            report.resolve_cue = true;
-            resolve_at |= bit;
-        }
-        if c.tags.any(LETHAL_MEANS) && live_any(c, HOLD) && !c.tags.has(Tag::Negator) {
-            report.means_cue = true;
-        }
-    }
-
-    for (idx, c) in clauses.iter().enumerate() {
-        let s = sentences[c.sentence];
-        if !own(c, &s) {
-            continue;
-        }
-        // Tags of the whole sentence, but only from the speaker's clauses.
-        let mut st = Tags::default();
-        for o in clauses
-            .iter()
-            .filter(|o| o.sentence == c.sentence && o.person == Person::Speaker)
-        {
-            st.union(o.tags);
-        }
-        let benign = s.tags.any(BENIGN);
-        let negated = |t: Tag| !live(c, t);
-
-        // Completed ingestion.
-        if c.tags.has(Tag::ActIngest) && !negated(Tag::ActIngest) && !s.question {
-            let past = c.tags.has(Tag::PastForm) || c.tags.has(Tag::Perfect);
-            let pills = st.any(Tags::of(&[
-                Tag::MeansPill,
-                Tag::MeansPoison,
-                Tag::MeansContainer,
-            ]));
-            let big = st.has(Tag::QtyWord)
-                || (st.has(Tag::MeansContainer) && !benign)
-                || (st.has(Tag::QtyAll) && st.has(Tag::MeansContainer))
-                || (st.has(Tag::QtyAll) && !benign && !st.has(Tag::QtySmall))
-                || (st.has(Tag::QtyMid) && st.any(Tags::of(&[Tag::Death, Tag::Release])));
-            let overdose = c.tags.has(Tag::Overdose)
-                && st.any(Tags::of(&[
-                    Tag::TimeDone,
-                    Tag::TimeNear,
-                    Tag::QtyAll,
-                    Tag::QtyWord,
-                ]));
-            // A household poison needs no amount: "i drank the bleach".
-            let poison = st.has(Tag::MeansPoison)
-                && !st.has(Tag::MeansPill)
-                && (c.tags.has(Tag::SelfSubject) || c.dropped_subject)
-                && !benign
-                && !st.has(Tag::TimePast)
-                && !c.tags.any(Tags::of(&[Tag::Intent, Tag::Desire]));
-            if past && ((pills && big && (!benign || st.has(Tag::QtyWord))) || overdose || poison) {
-                report.add(Construct::CompletedIngestion);
-            }
-        }
-        // Completed ingestion without a past verb: "two strips of co-codamol
-        // and half a bottle of gin, so tired now", "the whole pack is gone",
-        // "pills are in me", "i am take all the pills, now i feel very sleep".
-        if !s.question && !benign && !c.tags.has(Tag::Negator) {
-            let pills = st.any(Tags::of(&[Tag::MeansPill, Tag::MeansPoison]));
-            let amount = st.any(Tags::of(&[Tag::QtyWord, Tag::QtyAll, Tag::MeansContainer]))
-                || c.count >= 10;
-            let taken = st.any(Tags::of(&[Tag::Symptom, Tag::Ingested]))
-                || (st.has(Tag::TimeDone) && !st.has(Tag::Possess));
-            let here = c.tags.any(Tags::of(&[
-                Tag::MeansPill,
-                Tag::MeansPoison,
-                Tag::MeansContainer,
-                Tag::QtyAll,
-                Tag::QtyWord,
-                Tag::Ingested,
-                Tag::Symptom,
-            ]));
-            if pills && amount && taken && here {
-                report.add(Construct::CompletedIngestion);
-            }
-            // A past overdose with no far-past frame: "i've taken an overdose".
-            if live(c, Tag::Overdose)
-                && c.tags.any(Tags::of(&[Tag::PastForm, Tag::Perfect]))
-                && !c.tags.has(Tag::Intent)
-            {
-                report.add(Construct::CompletedIngestion);
-            }
-        }
-        // Final arrangements with a time or a resolution.
-        if !s.question
-            && live(c, Tag::FinalPrep)
-            && (near(time_at, c.sentence)
-                || near(resolve_at, c.sentence)
-                || (!long && (time_at != 0 || resolve_at != 0))
-                || st.has(Tag::Death))
-        {
-            report.add(Construct::FinalPreparations);
-        }
-        // Completed cut.
-        if c.tags.has(Tag::ActCut) && !negated(Tag::ActCut) && !benign && !s.question {
-            let past = c
-                .tags
-                .any(Tags::of(&[Tag::PastForm, Tag::Perfect, Tag::TimeDone]))
-                || (c.tags.has(Tag::SelfSubject) || c.dropped_subject) && !c.tags.has(Tag::Intent);
-            let serious = (st.has(Tag::BodyLethal)
-                && st.any(Tags::of(&[Tag::SelfObject, Tag::SelfBody])))
-                || st.has(Tag::Bleed)
-                    && st.any(Tags::of(&[Tag::SelfBody, Tag::SelfObject, Tag::BodyLethal]));
-            let stab =
-                c.tags.has(Tag::Stab) && c.tags.any(Tags::of(&[Tag::SelfObject, Tag::SelfBody]));
-            let severe = st.has(Tag::Bleed) && st.any(Tags::of(&[Tag::MeansBlade, Tag::Symptom]));
-            if past && (serious || stab || severe) && !c.tags.has(Tag::Intent) {
-                report.add(Construct::CompletedCut);
-            }
-        }
-        // Heavy bleeding at a lethal site or after deliberate injury, without
-        // a cut verb: "wrist is open, the water's going red".
-        if !benign && !s.question && st.has(Tag::Bleed) && !c.tags.has(Tag::Negator) {
-            let site = st.has(Tag::BodyLethal)
-                && (st.any(Tags::of(&[
-                    Tag::SelfObject,
-                    Tag::SelfBody,
-                    Tag::SelfSubject,
-                ])) || c.dropped_subject);
-            let deliberate = st.any(Tags::of(&[Tag::ActDoIt, Tag::Repeat]))
-                && st.any(Tags::of(&[Tag::ActCut, Tag::ActDoIt]));
-            if site || deliberate {
-                report.add(Construct::CompletedCut);
-            }
-        }
-        // Prepared ligature.
-        if !benign && !s.question {
-            let noose = c.tags.has(Tag::Noose) && !c.tags.has(Tag::Negator);
-            let tied = c.tags.has(Tag::MeansLigature)
-                && c.tags.any(Tags::of(&[Tag::Prepared, Tag::AtHand]))
-                && !c.tags.has(Tag::Negator);
-            if noose || tied {
-                report.add(Construct::PreparedLigature);
-            }
-        }
-        // At a height or on the tracks.
-        // At a height, in the water or on the tracks. In a long sentence
-        // (run-on posts) the words must share a clause.
-        let sc = if s.len <= SHORT_SENTENCE { st } else { c.tags };
-        let jumping = live(c, Tag::ActJump) && !c.tags.any(Tags::of(&[Tag::Intent, Tag::Desire]));
-        let strong = sc.has(Tag::Edge)
-            || jumping
-            || (sc.has(Tag::Posture)
-                && (sc.any(Tags::of(&[Tag::Death, Tag::Release, Tag::Resolve]))
-                    || (sc.has(Tag::TimeNear)
-                        && sc.any(Tags::of(&[Tag::MeansHeight, Tag::MeansWater])))));
-        let place_ok = sc.any(Tags::of(&[Tag::MeansHeight, Tag::MeansWater, Tag::Edge]))
-            || (sc.has(Tag::MeansTransit) && (sc.has(Tag::ActJump) || sc.has(Tag::Edge)));
-        if !benign && !s.question && strong && place_ok && !c.tags.has(Tag::Negator) {
-            report.add(Construct::AtHeight);
-        }
-        // On the tracks as a person, not a train: "i'm on the tracks now",
-        // "i'll be on the tracks, not on the train". Headed to the tracks
-        // with a moment or a resolution: "heading down to the tracks now".
-        let person_here = c.tags.has(Tag::SelfSubject)
-            || c.speaker_strong > 0
-            || c.dropped_subject
-            || (c.tags.has(Tag::Posture) && c.untagged == 0);
-        let on_tracks = live(c, Tag::OnTracks) && person_here;
-        let to_tracks = live(c, Tag::ToTracks)
-            && (c.tags.has(Tag::Posture) || live(c, Tag::Intent))
-            && sc.any(Tags::of(&[
-                Tag::TimeNear,
-                Tag::Resolve,
-                Tag::Death,
-                Tag::Release,
-            ]));
-        if !benign && !s.question && (on_tracks || to_tracks) && !c.tags.has(Tag::Negator) {
-            report.add(Construct::AtHeight);
-        }
-        // Car exhaust, charcoal or gas made ready. A sealed room counts
-        // even where the rules saw cooking: "sealed the kitchen door with
-        // towels and turned the gas on" is not about dinner.
-        if !s.question
-            && st.has(Tag::MeansGas)
-            && ((!benign && st.any(Tags::of(&[Tag::Prepared, Tag::LethalSite])))
-                || st.has(Tag::Sealed))
-            && !c.tags.has(Tag::Negator)
-        {
-            report.add(Construct::CarExhaust);
-        }
-        if !s.question
-            && st.has(Tag::MeansGas)
-            && ((st.has(Tag::MeansGarage) && (st.has(Tag::MeansCar) || st.has(Tag::Posture)))
-                || (st.has(Tag::MeansCar)
-                    && st.any(Tags::of(&[Tag::Death, Tag::Release, Tag::Resolve]))))
-        {
-            report.add(Construct::CarExhaust);
-        }
-        // Means at hand.
-        if !benign && !s.question && c.tags.any(LETHAL_MEANS) && live_any(c, HOLD) {
-            let alone = c.tags.has(Tag::Noose)
-                || (c.tags.has(Tag::MeansGun) && live(c, Tag::Prepared))
-                || (c.tags.has(Tag::LethalSite)
-                    && c.tags.any(Tags::of(&[
-                        Tag::MeansGun,
-                        Tag::MeansBlade,
-                        Tag::MeansLigature,
-                    ])))
-                || (c.tags.has(Tag::MeansGun) && c.tags.has(Tag::AtHand))
-                || (c.tags.has(Tag::MeansPill)
-                    && c.tags.has(Tag::Prepared)
-                    && st.any(Tags::of(&[Tag::QtyAll, Tag::QtyWord])))
-                || (c.tags.has(Tag::MeansBlade)
-                    && c.tags.has(Tag::AtHand)
-                    && st.has(Tag::BodyLethal));
-            let corroborated = (!long && (time_at != 0 || resolve_at != 0))
-                || near(time_at, c.sentence)
-                || near(resolve_at, c.sentence)
-                || live_any(c, Tags::of(&[Tag::ActEnd, Tag::ActDoIt, Tag::Death]))
-                || clauses.iter().any(|o| {
-                    o.person == Person::Speaker
-                        && (o.sentence + 1 >= c.sentence && o.sentence <= c.sentence + 1)
-                        && !framed(o, &sentences[o.sentence])
-                        && live_any(o, Tags::of(&[Tag::ActEnd, Tag::Death]))
-                });
-            if alone || corroborated {
-                report.add(Construct::MeansAtHand);
-            }
-        }
-        // Decision and time.
-        if near(time_at, c.sentence)
-            && resolve_at
-                & (if c.sentence < 64 {
-                    1u64 << c.sentence
-                } else {
-                    0
-                })
-                != 0
-            && live(c, Tag::Resolve)
-            && !c.tags.has(Tag::OrdinaryPlan)
-            && !(s.len <= SHORT_SENTENCE && st.has(Tag::OrdinaryPlan))
-            && (s.len <= 12 || c.tags.has(Tag::TimeNear))
-        {
-            // An everyday resolution word ("i'm sure", "it's time to go",
-            // "the end") with a time and no act, means, lethal place or
-            // death in the speaker's words ("it's time to go now, thanks",
-            // "i'm sure it'll be easier after christmas") is not imminent
-            // risk on its own; its cues still make a continuation of earlier
-            // explicit risk imminent (the classifier's continuation rule).
-            if c.strong_resolve || report.risk_anchor {
-                report.add(Construct::DecisionTime);
-            }
-        }
-        // Intent and a self-directed act.
-        if (live(c, Tag::Intent) || live(c, Tag::Desire)) && !s.question {
-            let act = live(c, Tag::ActEnd)
-                || live(c, Tag::ActHang)
-                || live(c, Tag::ActShoot)
-                || (live(c, Tag::Overdose) && !benign)
-                || (live(c, Tag::ActJump)
-                    && !benign
-                    && st.any(Tags::of(&[
-                        Tag::MeansHeight,
-                        Tag::MeansTransit,
-                        Tag::MeansWater,
-                        Tag::Edge,
-                    ])))
-                // A bare jump with a moment and nothing else in the clause:
-                // "i'm going to jump tonight" (not "jump on a call tonight").
-                || (live(c, Tag::ActJump)
-                    && live(c, Tag::Intent)
-                    && !benign
-                    && c.tags.has(Tag::TimeNear)
-                    && c.untagged == 0)
-                || (live(c, Tag::ActIngest)
-                    && !benign
-                    && st.any(Tags::of(&[Tag::MeansPill, Tag::MeansPoison]))
-                    && st.any(Tags::of(&[Tag::QtyAll, Tag::QtyWord, Tag::MeansContainer])))
-                // A household poison is a method without an amount.
-                || (live(c, Tag::ActIngest) && !benign && c.tags.has(Tag::MeansPoison))
-                || (live(c, Tag::ActCut)
-                    && !benign
-                    && st.has(Tag::BodyLethal)
-                    && st.any(Tags::of(&[Tag::SelfObject, Tag::SelfBody])))
-                // "do it" / "end it" with a lethal means as its instrument:
-                // "i'm going to end it with the pills tonight".
-                || (live(c, Tag::ActDoIt) && !benign && c.tags.any(LETHAL_MEANS));
-            if act {
-                let imminent = (live(c, Tag::Intent) && report.time_cue)
-                    || report.resolve_cue
-                    || report.means_cue
-                    || clauses[idx..].iter().any(|o| {
-                        o.sentence == c.sentence
-                            && o.tags.has(Tag::TimeNear)
-                            && o.person == Person::Speaker
-                            && !o.tags.has(Tag::OrdinaryPlan)
-                    });
-                report.add(if imminent {
-                    Construct::ImminentIntent
-                } else {
-                    Construct::IntentAct
-                });
-            }
-        }
-        // Repeated self-injury.
-        if !benign && !s.question {
-            let act = live(c, Tag::ActCut) || live(c, Tag::ActBurn) || live(c, Tag::ActInjure);
-            let own_body =
-                c.tags.has(Tag::SelfBody) || (c.tags.has(Tag::SelfObject) && c.tags.has(Tag::Body));
-            let wanted = live(c, Tag::Intent) || live(c, Tag::Desire);
-            let instrument = c.tags.has(Tag::MeansBlade) || st.has(Tag::Relapse) || wanted;
-            let act_ok = live(c, Tag::ActCut)
-                || live(c, Tag::ActBurn)
-                || (live(c, Tag::ActInjure)
-                    && (c.tags.has(Tag::MeansBlade) || c.tags.has(Tag::Repeat) || wanted));
-            // "i keep cutting with the blade from my sharpener", "relapsed
-            // and used the razor again": an instrument and a repetition.
-            let tool_habit = (live(c, Tag::ActCut) || live(c, Tag::ActInjure))
-                && st.has(Tag::MeansBlade)
-                && st.has(Tag::Relapse);
-            if act && act_ok && (own_body && instrument || tool_habit) {
-                report.add(Construct::RepeatedSelfInjury);
-            }
-        }
-    }
-    // Method questions. The person asking about lethality is usually the
-    // speaker even in "you" or "someone" wording ("does it hurt or do you
-    // just fall asleep?"), so any clause of a question counts unless the
-    // sentence is framed as study, fiction or far past.
-    for c in clauses {
-        let s = sentences[c.sentence];
-        if s.question
-            && !s.tags.any(FRAME)
-            && c.tags.has(Tag::LethalQ)
-            && s.tags.any(Tags::of(&[
-                Tag::MeansPill,
-                Tag::MeansPoison,
-                Tag::MeansGun,
-                Tag::MeansBlade,
-                Tag::MeansLigature,
-                Tag::MeansHeight,
-                Tag::MeansTransit,
-                Tag::MeansWater,
-                Tag::MeansGas,
-                Tag::ActCut,
-                Tag::ActJump,
-                Tag::ActHang,
-                Tag::ActEnd,
-                Tag::Overdose,
-                Tag::BodyLethal,
-            ]))
-        {
-            report.add(Construct::MethodQuestion);
-        }
     }
 }
 

@@ -35,7 +35,7 @@ pub use classify::{
     idiom_safe_without_risk,
 };
 pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
-pub use error::SafetyError;
+pub use error::{RuleTableError, SafetyError};
 pub use normalize::{Normalized, normalize};
 pub use plan::{CrisisResponsePlan, RiskLabel, build_response_plan, safety_question};
 pub use prompt::{classifier_prompt, normalize_model_output};
@@ -45,7 +45,7 @@ pub use resources::{
 };
 
 /// Loads every embedded data file the gate needs (phrase families, grammar
-/// lexicon, normalization tables, the learned layer, the resource directory,
+/// lexicon and construct table, normalization tables, the learned layer, the resource directory,
 /// the safety plan's wording)
 /// and reports the first that fails. Called at start-up, so a broken build
 /// stops the program instead of running a quieter gate.
@@ -55,6 +55,7 @@ pub use resources::{
 pub fn check_data() -> Result<(), SafetyError> {
     rules::rules().map_err(Clone::clone)?;
     grammar::lexicon().map_err(Clone::clone)?;
+    grammar::rule_table().map_err(Clone::clone)?;
     normalize::load_tables()?;
     learned::LearnedGate::embedded().map_err(Clone::clone)?;
     resources::directory().map_err(Clone::clone)?;

@@ -220,6 +220,13 @@ struct Rule {
     /// folded at load into two masks: the cheap first test of every rule).
     need: u32,
     forbid: u32,
+    /// Tags the sentence must hold one of for the rule to fire, for the
+    /// guard and for the alternatives: every scope reads a subset of the
+    /// whole sentence's tags, so a rule whose guard needs a tag, or whose
+    /// alternatives each need one, is skipped at once when the sentence has
+    /// none of them. All bits when unknown.
+    hint_guard: u128,
+    hint_any: u128,
     /// The rest of the guard.
     guard: Vec<Cond>,
     any: Vec<Vec<Cond>>,
@@ -397,15 +404,37 @@ impl Compiler<'_> {
                 _ => guard.push(cond),
             }
         }
+        // A condition that is one positive tag atom is necessary; a group
+        // may read other clauses, so it gives no hint.
+        let required = |cond: &Cond| match cond.as_slice() {
+            [
+                Atom::Tags {
+                    mask, want: true, ..
+                },
+            ] => Some(*mask),
+            _ => None,
+        };
+        let any: Vec<Vec<Cond>> = raw
+            .any
+            .iter()
+            .map(|alt| conds(alt))
+            .collect::<Result<_, _>>()?;
+        let hint_any = if any.is_empty() {
+            u128::MAX
+        } else {
+            any.iter()
+                .map(|alt| alt.iter().find_map(required))
+                .try_fold(0u128, |acc, m| m.map(|m| acc | m))
+                .unwrap_or(u128::MAX)
+        };
+        let hint_guard = guard.iter().find_map(required).unwrap_or(u128::MAX);
         let rule = Rule {
             need,
             forbid,
+            hint_guard,
+            hint_any,
             guard,
-            any: raw
-                .any
-                .iter()
-                .map(|alt| conds(alt))
-                .collect::<Result<_, _>>()?,
+            any,
         };
         if raw.guard.is_empty() && rule.any.is_empty() || rule.any.iter().any(Vec::is_empty) {
             return Err(RuleTableError::Malformed {
@@ -668,6 +697,8 @@ impl Eval<'_> {
     fn rule(&self, rule: &Rule, i: usize, ctx: &Ctx) -> bool {
         ctx.flags & rule.need == rule.need
             && ctx.flags & rule.forbid == 0
+            && ctx.scopes[Scope::WholeSentence as usize] & rule.hint_guard != 0
+            && ctx.scopes[Scope::WholeSentence as usize] & rule.hint_any != 0
             && rule.guard.iter().all(|c| self.cond(c, i, ctx))
             && (rule.any.is_empty()
                 || rule

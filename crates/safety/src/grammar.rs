@@ -144,6 +144,7 @@ tags! {
     MeansCar = "means_car",
     MeansGarage = "means_garage",
     MeansWater = "means_water",
+    MeansBath = "means_bath",
     BodyLethal = "body_lethal",
     Body = "body",
     SelfBody = "self_body",
@@ -849,6 +850,7 @@ const ACTS: Tags = Tags::of(&[
 const PLACES: Tags = Tags::of(&[
     Tag::MeansHeight,
     Tag::MeansWater,
+    Tag::MeansBath,
     Tag::MeansTransit,
     Tag::Edge,
 ]);
@@ -869,6 +871,7 @@ const ANCHORS: Tags = Tags::of(&[
     Tag::MeansBlade,
     Tag::MeansHeight,
     Tag::MeansWater,
+    Tag::MeansBath,
     Tag::MeansTransit,
     Tag::Edge,
     Tag::LethalSite,

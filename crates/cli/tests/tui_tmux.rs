@@ -192,10 +192,12 @@ async fn full_screen_session_in_tmux() {
     assert!(!screen.contains("**"), "{screen}");
 
     // The diagnostics panel.
+    // Wait for the panel's last line, not its title: a capture taken while
+    // the panel is being drawn holds only its first lines.
     tmux.line("/ui full");
-    let screen = tmux.wait_for("last turn");
+    let screen = tmux.wait_for("turn_total");
+    assert!(screen.contains("last turn"), "{screen}");
     assert!(screen.contains("route therapeutic"), "{screen}");
-    assert!(screen.contains("turn_total"), "{screen}");
 
     // Export to a file.
     tmux.line("/export md chat.md");

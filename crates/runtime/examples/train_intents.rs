@@ -218,8 +218,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if env("LEARN_DIAG").is_some() {
         // The held-out rows of other intents read as a stop (corpus text).
-        for ((ex, gold), (_, p, c)) in dev.iter().zip(&preds) {
-            let _ = ex;
+        for (gold, p, c) in &preds {
             if *p == Intent::ExerciseStop && *gold != Intent::ExerciseStop && *c >= accept {
                 println!("  read as stop at {c:.2}: {}", gold.as_str());
             }

@@ -300,19 +300,32 @@ const CRISIS_SECTIONS: [Section; 6] = [
 /// verified lines must stay in view).
 const CRISIS_ENTRIES: usize = 3;
 
+/// What a crisis shows of the plan: the crisis sections that have entries,
+/// in order, each with at most [`CRISIS_ENTRIES`] entries and the person's
+/// own numbers labelled as theirs. Shared by the crisis reply and the
+/// channels' crisis panels.
+pub fn crisis_sections(plan: &SafetyPlan) -> Vec<(Section, Vec<String>)> {
+    let Ok(t) = texts() else {
+        return Vec::new();
+    };
+    CRISIS_SECTIONS
+        .into_iter()
+        .filter_map(|section| {
+            let mut entries = section_entries(plan, section, &t.labels.own_number);
+            entries.truncate(CRISIS_ENTRIES);
+            (!entries.is_empty()).then_some((section, entries))
+        })
+        .collect()
+}
+
 /// The block a crisis reply shows before the verified lines, labelled as
 /// the person's own; `None` when the plan has nothing to show there.
 pub fn crisis_block(plan: &SafetyPlan) -> Option<String> {
     let t = texts().ok()?;
-    let mut lines = Vec::new();
-    for section in CRISIS_SECTIONS {
-        let entries = section_entries(plan, section, &t.labels.own_number);
-        if entries.is_empty() {
-            continue;
-        }
-        let shown: Vec<String> = entries.into_iter().take(CRISIS_ENTRIES).collect();
-        lines.push(format!("- {}: {}", section.title(), shown.join("; ")));
-    }
+    let lines: Vec<String> = crisis_sections(plan)
+        .into_iter()
+        .map(|(section, shown)| format!("- {}: {}", section.title(), shown.join("; ")))
+        .collect();
     if lines.is_empty() {
         return None;
     }

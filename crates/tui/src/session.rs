@@ -1311,51 +1311,20 @@ impl Session {
     }
 }
 
-/// At most this many entries of one plan section in the crisis panel (the
-/// verified lines stay in view; `/sos` shows the whole plan).
-const PANEL_ENTRIES: usize = 3;
-
 /// The person's safety plan as the crisis panel shows it: a heading, then
 /// one line per section that helps in the moment (their coping steps, the
 /// people and places, whom to call, what makes things safer, their reasons),
 /// their own numbers marked as theirs, never as verified lines.
 pub fn plan_lines(plan: &opencouch_core::SafetyPlan) -> Vec<String> {
-    use opencouch_core::safety_plan::Section;
     if plan.is_empty() {
         return Vec::new();
     }
     let mut lines = vec!["Your own safety plan:".to_owned()];
-    for section in [
-        Section::Coping,
-        Section::Distractions,
-        Section::People,
-        Section::Professionals,
-        Section::SafeEnvironment,
-        Section::ReasonsToLive,
-    ] {
-        let entries: Vec<String> = if let Some(contacts) = plan.contacts(section) {
-            contacts
-                .iter()
-                .map(|c| match &c.phone {
-                    Some(p) => format!("{} (your number: {p})", c.name),
-                    None => c.name.clone(),
-                })
-                .collect()
-        } else {
-            plan.texts(section)
-                .map(<[String]>::to_vec)
-                .unwrap_or_default()
-        };
-        if entries.is_empty() {
-            continue;
-        }
-        let shown: Vec<&str> = entries
-            .iter()
-            .take(PANEL_ENTRIES)
-            .map(String::as_str)
-            .collect();
-        lines.push(format!("{}: {}", section.title(), shown.join("; ")));
-    }
+    lines.extend(
+        opencouch_runtime::service::crisis_plan_sections(plan)
+            .into_iter()
+            .map(|(section, shown)| format!("{}: {}", section.title(), shown.join("; "))),
+    );
     lines
 }
 

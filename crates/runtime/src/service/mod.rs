@@ -25,6 +25,7 @@ mod types;
 pub mod voice;
 
 pub use opencouch_memory::control::GUEST_MODE_REPLY;
+pub use opencouch_safety::personal_plan::crisis_sections as crisis_plan_sections;
 
 pub use self::api::{PreparedForget, PreparedTurn, Service};
 pub use self::channel::{ChatThread, new_ulid};

@@ -1,7 +1,7 @@
 //! Errors of this crate.
 
 /// Why a model could not be decoded or trained.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum LearnError {
     /// The bytes are not a model of this format.
     #[error("not an OpenCouch linear model (bad magic or version)")]

@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use opencouch_core::fnv;
 
+use crate::LearnError;
+use crate::embed::StaticEmbeddings;
+
 /// The sign bit of a feature id: set when the feature counts negatively.
 pub const SIGN_BIT: u32 = 1 << 31;
 
@@ -35,6 +38,26 @@ pub struct FeatureConfig {
     pub negation_window: u8,
     /// Seed mixed into every hash (a new seed gives new collisions).
     pub seed: u64,
+    /// Dimensions of the static token embeddings added as dense features
+    /// ([`crate::StaticEmbeddings::builtin`]; 0 = none). Each token gets
+    /// `2 * static_dims` values: its vector in the first half, or in the
+    /// second half inside a negation's scope.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub static_dims: u16,
+    /// Length of a text's dense vector after it is scaled to unit length
+    /// and before the weights apply (0 is read as 1): a larger gain lets
+    /// the trainer's per-weight steps move the dense part as fast as the
+    /// sparse one.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub static_gain: u8,
+}
+
+fn is_zero(v: &u16) -> bool {
+    *v == 0
+}
+
+fn is_zero_u8(v: &u8) -> bool {
+    *v == 0
 }
 
 impl Default for FeatureConfig {
@@ -46,6 +69,8 @@ impl Default for FeatureConfig {
             word_bigrams: true,
             negation_window: 4,
             seed: 0x6f63_6c6d,
+            static_dims: 0,
+            static_gain: 0,
         }
     }
 }
@@ -54,6 +79,16 @@ impl FeatureConfig {
     /// Number of buckets.
     pub fn buckets(&self) -> usize {
         1usize << self.buckets_log2
+    }
+
+    /// Number of dense values per token (`2 * static_dims`).
+    pub fn dense_width(&self) -> usize {
+        2 * usize::from(self.static_dims)
+    }
+
+    /// The dense vector's length after scaling (`static_gain`, at least 1).
+    pub fn dense_gain(&self) -> f32 {
+        f32::from(self.static_gain.max(1))
     }
 }
 
@@ -127,7 +162,7 @@ const SCOPE_BREAKERS: &[&str] = &[
 ];
 
 /// Features of one text, kept per token.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Features {
     /// Feature ids: the bucket, with [`SIGN_BIT`] set for a negative sign.
     pub ids: Vec<u32>,
@@ -136,6 +171,10 @@ pub struct Features {
     /// Token ranges `[start, end)` of the text's windows: sentences, with
     /// long run-on sentences cut into overlapping pieces.
     pub windows: Vec<(u32, u32)>,
+    /// Dense values per token (`FeatureConfig::dense_width` each, token
+    /// after token); empty when the configuration has no static
+    /// embeddings.
+    pub dense: Vec<f32>,
 }
 
 impl Features {
@@ -172,6 +211,7 @@ const MAX_CHAR_TOKEN: usize = 32;
 pub struct Featurizer {
     config: FeatureConfig,
     mask: u32,
+    table: Option<&'static StaticEmbeddings>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -183,12 +223,47 @@ enum Boundary {
 
 impl Featurizer {
     /// A featurizer for `config`.
+    ///
+    /// A configuration with static embeddings whose dimensions the built-in
+    /// table does not have gets no dense values; [`Featurizer::checked`]
+    /// (used when a model is decoded) reports that as an error instead.
     pub fn new(config: FeatureConfig) -> Self {
-        let bits = u32::from(config.buckets_log2.clamp(8, 30));
-        Featurizer {
+        Self::checked(config).unwrap_or_else(|_| Featurizer {
             config,
-            mask: (1u32 << bits) - 1,
-        }
+            mask: Self::mask(config),
+            table: None,
+        })
+    }
+
+    /// A featurizer for `config`, or an error when it asks for static
+    /// embeddings the built-in table cannot give.
+    ///
+    /// # Errors
+    /// [`LearnError::Header`] naming the dimensions asked for and found.
+    pub fn checked(config: FeatureConfig) -> Result<Self, LearnError> {
+        let table = if config.static_dims == 0 {
+            None
+        } else {
+            let t = StaticEmbeddings::builtin()?;
+            if t.dims() != usize::from(config.static_dims) {
+                return Err(LearnError::Header(format!(
+                    "the model wants {}-dimensional static embeddings, the built-in table has {}",
+                    config.static_dims,
+                    t.dims()
+                )));
+            }
+            Some(t)
+        };
+        Ok(Featurizer {
+            config,
+            mask: Self::mask(config),
+            table,
+        })
+    }
+
+    fn mask(config: FeatureConfig) -> u32 {
+        let bits = u32::from(config.buckets_log2.clamp(8, 30));
+        (1u32 << bits) - 1
     }
 
     /// The configuration.
@@ -212,6 +287,12 @@ impl Featurizer {
             ids: Vec::with_capacity(text.len() * 2),
             token_end: Vec::with_capacity(text.len() / 4 + 1),
             windows: Vec::new(),
+            dense: Vec::new(),
+        };
+        let width = if self.table.is_some() {
+            self.config.dense_width()
+        } else {
+            0
         };
         let seed = fnv::extend(fnv::OFFSET, &self.config.seed.to_le_bytes());
         let mut prev: Option<&str> = None;
@@ -271,6 +352,17 @@ impl Featurizer {
                 }
             }
             out.token_end.push(out.ids.len() as u32);
+            if let Some(table) = self.table {
+                let at = out.dense.len();
+                out.dense.resize(at + width, 0.0);
+                let half = width / 2;
+                let slot = if negated {
+                    &mut out.dense[at + half..at + width]
+                } else {
+                    &mut out.dense[at..at + half]
+                };
+                table.add_word(token, slot);
+            }
             if self.config.negation_window > 0 && NEGATORS.contains(&token) {
                 neg_left = self.config.negation_window;
             }

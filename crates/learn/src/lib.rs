@@ -10,6 +10,10 @@
 //!   "overdosing" shares most of its features with "overdose"), with words
 //!   inside a negation's scope marked ("i haven't thought about dying":
 //!   `dying` and its character n-grams are seen as negated).
+//! * [`embed`]: static token embeddings distilled from all-MiniLM-L6-v2
+//!   (model2vec's method), embedded in the binary: a word's meaning as a
+//!   table row, so wordings that share no n-gram can still score alike.
+//!   A model turns them on with [`FeatureConfig::static_dims`].
 //! * [`model`]: a linear model with one logistic head per output (ordinal
 //!   heads such as "level ≥ 1" and "level ≥ 2", or one head per intent),
 //!   scored over the whole text and over sentence windows, and a compact
@@ -20,11 +24,13 @@
 //!   groups ([`train_softmax`], the intent layer's), so checked-in weights
 //!   can be reproduced exactly from the checked-in corpus.
 
+pub mod embed;
 pub mod error;
 pub mod features;
 pub mod model;
 pub mod train;
 
+pub use embed::StaticEmbeddings;
 pub use error::LearnError;
 pub use features::{FeatureConfig, Features, Featurizer};
 pub use model::{LinearModel, ModelMeta, Scores};

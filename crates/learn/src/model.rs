@@ -57,6 +57,9 @@ pub struct LinearModel {
     featurizer: Featurizer,
     /// `weights[bucket * heads + head]`.
     weights: Vec<f32>,
+    /// Weights of the dense (static embedding) values,
+    /// `dense[value * heads + head]`; empty without static embeddings.
+    dense: Vec<f32>,
     bias: Vec<f32>,
 }
 
@@ -89,7 +92,26 @@ impl LinearModel {
         weights: Vec<f32>,
         bias: Vec<f32>,
     ) -> Result<Self, LearnError> {
+        let dense = vec![0f32; meta.features.dense_width() * meta.heads.len()];
+        Self::from_parts_dense(meta, weights, dense, bias)
+    }
+
+    /// A model from its parts, with the weights of its dense values
+    /// (`dense[value * heads + head]`, `FeatureConfig::dense_width` values).
+    pub fn from_parts_dense(
+        meta: ModelMeta,
+        weights: Vec<f32>,
+        dense: Vec<f32>,
+        bias: Vec<f32>,
+    ) -> Result<Self, LearnError> {
         let heads = meta.heads.len();
+        if dense.len() != meta.features.dense_width() * heads {
+            return Err(LearnError::Header(format!(
+                "{} dense weights for {} dense values and {heads} heads",
+                dense.len(),
+                meta.features.dense_width()
+            )));
+        }
         if heads == 0 || bias.len() != heads || weights.len() != meta.features.buckets() * heads {
             return Err(LearnError::Header(format!(
                 "{heads} heads, {} biases, {} weights for {} buckets",
@@ -99,9 +121,10 @@ impl LinearModel {
             )));
         }
         Ok(LinearModel {
-            featurizer: Featurizer::new(meta.features),
+            featurizer: Featurizer::checked(meta.features)?,
             meta,
             weights,
+            dense,
             bias,
         })
     }
@@ -124,6 +147,12 @@ impl LinearModel {
     /// Index of the head called `name`.
     pub fn head(&self, name: &str) -> Option<usize> {
         self.meta.heads.iter().position(|h| h == name)
+    }
+
+    /// The dense weights (`dense[value * heads + head]`), for a trainer
+    /// that starts from this model.
+    pub fn dense_weights(&self) -> &[f32] {
+        &self.dense
     }
 
     /// Raw weight of `head` for one feature id (sign applied).
@@ -151,6 +180,41 @@ impl LinearModel {
         }
     }
 
+    /// Logits of a whole text's features (sparse and dense), into `out`.
+    pub fn logits(&self, f: &Features, out: &mut [f32]) {
+        self.logits_into(&f.ids, out);
+        let width = self.meta.features.dense_width();
+        if width == 0 || f.dense.is_empty() {
+            return;
+        }
+        let mut sum = vec![0f32; width];
+        for row in f.dense.chunks_exact(width) {
+            for (s, x) in sum.iter_mut().zip(row) {
+                *s += x;
+            }
+        }
+        self.add_dense(&sum, out);
+    }
+
+    /// Adds the dense part of the logits for a window whose dense values
+    /// sum to `sum`: the sum is scaled to unit length first, so long and
+    /// short texts weigh alike (as the sparse part's `1/sqrt(n)`).
+    fn add_dense(&self, sum: &[f32], out: &mut [f32]) {
+        let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm <= 1e-9 {
+            return;
+        }
+        let heads = self.bias.len();
+        let scale = self.meta.features.dense_gain() / norm;
+        for (d, x) in sum.iter().enumerate() {
+            let u = x * scale;
+            let row = &self.dense[d * heads..(d + 1) * heads];
+            for (o, w) in out.iter_mut().zip(row) {
+                *o += u * w;
+            }
+        }
+    }
+
     /// Scores already computed features: the whole text, and every window
     /// (and pair of neighbouring windows) of at least `min_window` tokens.
     pub fn score_features(&self, f: &Features, min_window: usize) -> Scores {
@@ -170,7 +234,29 @@ impl LinearModel {
                 sums[(t + 1) * heads + h] = sums[t * heads + h] + s;
             }
         }
-        let window = |a: usize, b: usize, h: usize| {
+        // Prefix sums of the dense values, and each window's dense logits.
+        let width = self.meta.features.dense_width();
+        let dense_on = width > 0 && f.dense.len() == n * width;
+        let mut dsums = Vec::new();
+        if dense_on {
+            dsums = vec![0f32; (n + 1) * width];
+            for t in 0..n {
+                for d in 0..width {
+                    dsums[(t + 1) * width + d] = dsums[t * width + d] + f.dense[t * width + d];
+                }
+            }
+        }
+        let dense_logits = |a: usize, b: usize| -> Vec<f32> {
+            let mut z = vec![0f32; heads];
+            if dense_on {
+                let sum: Vec<f32> = (0..width)
+                    .map(|d| dsums[b * width + d] - dsums[a * width + d])
+                    .collect();
+                self.add_dense(&sum, &mut z);
+            }
+            z
+        };
+        let window = |a: usize, b: usize, h: usize, dz: &[f32]| {
             let c = counts[b] - counts[a];
             let s = sums[b * heads + h] - sums[a * heads + h];
             let z = if c == 0 {
@@ -178,17 +264,19 @@ impl LinearModel {
             } else {
                 self.bias[h] + s / (c as f32).sqrt()
             };
-            sigmoid(z)
+            sigmoid(z + dz[h])
         };
-        let whole: Vec<f32> = (0..heads).map(|h| window(0, n, h)).collect();
+        let dz = dense_logits(0, n);
+        let whole: Vec<f32> = (0..heads).map(|h| window(0, n, h, &dz)).collect();
         let mut max = whole.clone();
         if f.windows.len() > 1 {
             for &(a, b) in &f.windows {
                 if ((b - a) as usize) < min_window {
                     continue;
                 }
+                let dz = dense_logits(a as usize, b as usize);
                 for (h, m) in max.iter_mut().enumerate() {
-                    *m = m.max(window(a as usize, b as usize, h));
+                    *m = m.max(window(a as usize, b as usize, h, &dz));
                 }
             }
             // Pairs of neighbouring windows ("i have the pills. tonight.").
@@ -197,8 +285,9 @@ impl LinearModel {
                 if b - a < min_window {
                     continue;
                 }
+                let dz = dense_logits(a, b);
                 for (h, m) in max.iter_mut().enumerate() {
-                    *m = m.max(window(a, b, h));
+                    *m = m.max(window(a, b, h, &dz));
                 }
             }
         }
@@ -234,7 +323,15 @@ impl LinearModel {
             out.extend_from_slice(&i.to_le_bytes());
             out.extend_from_slice(&w.to_le_bytes());
         }
+        self.encode_dense(&mut out);
         out
+    }
+
+    /// The dense weights, in full (`f32` each), after the sparse ones.
+    fn encode_dense(&self, out: &mut Vec<u8>) {
+        for w in &self.dense {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
     }
 
     /// Encodes the model compactly: as [`LinearModel::encode`], with each
@@ -275,6 +372,7 @@ impl LinearModel {
             }
             out.extend_from_slice(&h.to_le_bytes());
         }
+        self.encode_dense(&mut out);
         out
     }
 
@@ -319,12 +417,16 @@ impl LinearModel {
                 .ok_or_else(|| LearnError::Header(format!("weight index {i} out of range")))?;
             *slot = w;
         }
+        let mut dense = Vec::with_capacity(meta.features.dense_width() * heads);
+        for _ in 0..meta.features.dense_width() * heads {
+            dense.push(r.f32("dense weight")?);
+        }
         if r.at != bytes.len() {
             return Err(LearnError::Header(
                 "trailing bytes after the weights".into(),
             ));
         }
-        LinearModel::from_parts(meta, weights, bias)
+        LinearModel::from_parts_dense(meta, weights, dense, bias)
     }
 }
 

@@ -59,6 +59,32 @@ impl Rng {
     }
 }
 
+/// Each example's dense values summed over its tokens and scaled to unit
+/// length times the gain (as [`LinearModel::logits`] scores them); empty vectors when the
+/// features have no dense values.
+fn unit_dense(examples: &[Example], width: usize, gain: f32) -> Vec<Vec<f32>> {
+    examples
+        .iter()
+        .map(|ex| {
+            if width == 0 || ex.features.dense.is_empty() {
+                return Vec::new();
+            }
+            let mut sum = vec![0f32; width];
+            for row in ex.features.dense.chunks_exact(width) {
+                for (s, x) in sum.iter_mut().zip(row) {
+                    *s += x;
+                }
+            }
+            let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm <= 1e-9 {
+                return Vec::new();
+            }
+            sum.iter_mut().for_each(|x| *x *= gain / norm);
+            sum
+        })
+        .collect()
+}
+
 /// Trains a model with one head per name in `heads`.
 pub fn train(
     examples: &[Example],
@@ -80,6 +106,10 @@ pub fn train(
     let buckets = features.buckets();
     let mut w = vec![0f32; buckets * k];
     let mut g2 = vec![0f32; buckets * k];
+    let width = features.dense_width();
+    let units = unit_dense(examples, width, features.dense_gain());
+    let mut wd = vec![0f32; width * k];
+    let mut gd2 = vec![0f32; width * k];
     let mut b = vec![0f32; k];
     let mut bg2 = vec![0f32; k];
     let eps = 1e-6f32;
@@ -110,6 +140,9 @@ pub fn train(
                     let v = w[(id & !SIGN_BIT) as usize * k + h];
                     z += if id & SIGN_BIT != 0 { -v } else { v } * scale;
                 }
+                for (d, u) in units[e].iter().enumerate() {
+                    z += u * wd[d * k + h];
+                }
                 let p = 1.0 / (1.0 + (-z).exp());
                 let g = (p - y) * ex.weight;
                 if g == 0.0 {
@@ -124,6 +157,12 @@ pub fn train(
                     g2[slot] += grad * grad;
                     w[slot] -= lr * grad / (g2[slot] + eps).sqrt();
                 }
+                for (d, u) in units[e].iter().enumerate() {
+                    let slot = d * k + h;
+                    let grad = g * u + config.l2 * wd[slot];
+                    gd2[slot] += grad * grad;
+                    wd[slot] -= lr * grad / (gd2[slot] + eps).sqrt();
+                }
             }
         }
     }
@@ -137,7 +176,7 @@ pub fn train(
             config.epochs, config.learning_rate, config.l2, config.seed
         ),
     };
-    LinearModel::from_parts(meta, w, b)
+    LinearModel::from_parts_dense(meta, w, wd, b)
 }
 
 /// Trains a multi-class model: for each example, one softmax over the heads
@@ -174,6 +213,10 @@ pub fn train_softmax(
     let lr = config.learning_rate;
     let mut order: Vec<usize> = (0..examples.len()).collect();
     let mut rng = Rng(config.seed.max(1));
+    let width = features.dense_width();
+    let units = unit_dense(examples, width, features.dense_gain());
+    let mut wd = vec![0f32; width * k];
+    let mut gd2 = vec![0f32; width * k];
     let mut z = vec![0f32; k];
     let mut active = Vec::with_capacity(k);
     for _ in 0..config.epochs {
@@ -200,6 +243,9 @@ pub fn train_softmax(
                     let v = w[(id & !SIGN_BIT) as usize * k + h];
                     zh += if id & SIGN_BIT != 0 { -v } else { v } * scale;
                 }
+                for (d, u) in units[e].iter().enumerate() {
+                    zh += u * wd[d * k + h];
+                }
                 z[h] = zh;
             }
             softmax_over(&mut z, &active);
@@ -217,6 +263,12 @@ pub fn train_softmax(
                     g2[slot] += grad * grad;
                     w[slot] -= lr * grad / (g2[slot] + eps).sqrt();
                 }
+                for (d, u) in units[e].iter().enumerate() {
+                    let slot = d * k + h;
+                    let grad = g * u + config.l2 * wd[slot];
+                    gd2[slot] += grad * grad;
+                    wd[slot] -= lr * grad / (gd2[slot] + eps).sqrt();
+                }
             }
         }
     }
@@ -230,7 +282,7 @@ pub fn train_softmax(
             config.epochs, config.learning_rate, config.l2, config.seed
         ),
     };
-    LinearModel::from_parts(meta, w, b)
+    LinearModel::from_parts_dense(meta, w, wd, b)
 }
 
 /// Turns the logits at `heads` into probabilities in place (a numerically

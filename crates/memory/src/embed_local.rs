@@ -809,6 +809,43 @@ impl LocalEmbedder {
         }
         Ok(out)
     }
+
+    /// Embeds sequences of token ids given directly (no tokenizer; every
+    /// sequence of a call must have the same length, all positions
+    /// attended): mean pooling and L2 normalisation as [`Self::embed_sync`].
+    /// Used to distil static token embeddings (one `[CLS] token [SEP]`
+    /// sequence per vocabulary entry).
+    ///
+    /// # Errors
+    /// [`LocalEmbedError`] from loading or the model; sequences of
+    /// different lengths in one call are a [`LocalEmbedError::Tokenizer`]
+    /// error.
+    pub fn embed_ids_sync(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, LocalEmbedError> {
+        let Some(first) = ids.first() else {
+            return Ok(Vec::new());
+        };
+        if ids.iter().any(|s| s.len() != first.len() || s.is_empty()) {
+            return Err(LocalEmbedError::Tokenizer(
+                "id sequences of one call must share a non-zero length".into(),
+            ));
+        }
+        let model = self.model()?;
+        let rows = ids
+            .iter()
+            .map(|s| Tensor::new(s.as_slice(), &model.device))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ids = Tensor::stack(&rows, 0)?;
+        let mask = ids.ones_like()?;
+        let type_ids = ids.zeros_like()?;
+        let hidden = model.bert.forward(&ids, &type_ids, Some(&mask))?;
+        let mean = hidden.mean(1)?;
+        let norm = mean
+            .sqr()?
+            .sum_keepdim(1)?
+            .sqrt()?
+            .clamp(1e-12f32, f32::MAX)?;
+        Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+    }
 }
 
 impl Model {

@@ -106,6 +106,9 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
     if c.recall_off.iter().any(|p| contains_phrase(body, p)) || asks_to_stop_saving(message) {
         return Some(MemoryAction::SetRecall { enabled: false });
     }
+    if let Some(enabled) = asks_to_toggle_keeping(message) {
+        return Some(MemoryAction::SetRecall { enabled });
+    }
     if let Some(rest) = strip_prefix_any(body, &c.save_prefixes) {
         // Keep the user's original casing for the preference itself.
         let original = message.trim().trim_end_matches(['.', '!', '?', ' ']);
@@ -249,6 +252,60 @@ pub fn asks_to_stop_saving(message: &str) -> bool {
         .any(|(s, _)| stop_saving_sentence(&fold(s)))
 }
 
+/// Whether a sentence of `message` is a request to keep (`Some(true)`) or
+/// stop keeping (`Some(false)`) what the person says from now on, read as
+/// an opener ("don't", "stop", "no need to", or none), a keeping verb
+/// ("store", "keep track of") and a generic object that ends the sentence
+/// ("what i say", "everything", "our chats"), with fillers and a "from now
+/// on" before or after: "don't store what I say from here on", "please keep
+/// track of what I tell you from now on". A specific object ("stop
+/// remembering my ex") or anything after the object ("I don't remember
+/// anything from that night") is not one.
+pub fn asks_to_toggle_keeping(message: &str) -> Option<bool> {
+    sentences(message)
+        .into_iter()
+        .find_map(|(s, _)| keeping_toggle_sentence(&fold(s)))
+}
+
+fn keeping_toggle_sentence(folded: &str) -> Option<bool> {
+    let c = &lexicon().control;
+    let mut text = folded.trim().trim_end_matches(['.', '!', '?', ' ', ',']);
+    for tail in [" please", " pls", " thanks", " thank you"] {
+        if let Some(t) = text.strip_suffix(tail) {
+            text = t.trim_end_matches([' ', ',']);
+        }
+    }
+    let (rest, _) = strip_fillers(text, &c.request_fillers, &c.request_askers);
+    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
+    let (mut rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
+    for cue in &c.preference_cues {
+        if let Some(b) = rest.strip_suffix(cue.as_str())
+            && b.ends_with([' ', ','])
+        {
+            rest = b.trim_end_matches([' ', ',']);
+            break;
+        }
+    }
+    let (stop, rest) = match lead(rest, &c.keeping_stop_openers) {
+        Some((_, r)) => (
+            true,
+            strip_fillers(r, &c.request_fillers, &c.request_askers).0,
+        ),
+        None => (
+            false,
+            lead(rest, &c.keeping_start_openers).map_or(rest, |(_, r)| r),
+        ),
+    };
+    let (_, rest) = lead(rest, &c.keeping_verbs)?;
+    if rest.is_empty() {
+        // "stop saving", "no more recording"; a bare "remember" is not a
+        // request to keep everything.
+        return stop.then_some(false);
+    }
+    let (_, rest) = lead(rest, &c.keeping_objects)?;
+    rest.is_empty().then_some(!stop)
+}
+
 fn stop_saving_sentence(folded: &str) -> bool {
     let c = &lexicon().control;
     let (rest, _) = strip_fillers(folded.trim(), &c.request_fillers, &c.request_askers);
@@ -261,8 +318,9 @@ fn stop_saving_sentence(folded: &str) -> bool {
 fn parse_save_sentence(sentence: &str, question: bool) -> Option<MemoryAction> {
     let c = &lexicon().control;
     let f = Folded::new(sentence);
-    if stop_saving_sentence(&f.folded) {
-        // A request to keep nothing is not a preference to save.
+    if stop_saving_sentence(&f.folded) || keeping_toggle_sentence(&f.folded).is_some() {
+        // A request to keep nothing (or everything from now on) is not a
+        // preference to save.
         return None;
     }
     let (rest, asked) = strip_fillers(f.folded.trim(), &c.request_fillers, &c.request_askers);

@@ -651,6 +651,49 @@ fn asking_to_keep_nothing_turns_recall_off_only_when_it_opens_the_sentence() {
 }
 
 #[test]
+fn keeping_requests_with_a_generic_object_toggle_recall() {
+    let set = |enabled| Some(MemoryAction::SetRecall { enabled });
+    let cases: Vec<(&str, Option<MemoryAction>)> = vec![
+        ("don't store what I say from here on", set(false)),
+        (
+            "please keep track of what I tell you from now on",
+            set(true),
+        ),
+        ("you don't need to write down everything I say.", set(false)),
+        (
+            "ok, from now on you can hang on to what I tell you",
+            set(true),
+        ),
+        ("no more saving", set(false)),
+        ("Going forward, keep notes on me please", set(true)),
+        ("keep track of our chats from now on", set(true)),
+        ("stop recording our conversations", set(false)),
+    ];
+    for (message, want) in cases {
+        assert_eq!(parse_command(message, None), want, "{message}");
+    }
+    // Not requests: a specific object, something after the object, the
+    // person's own memory, a question.
+    for message in [
+        "I want to stop remembering my ex",
+        "I don't remember anything from that night",
+        "don't remember everything I say about my mum, it's complicated",
+        "remember",
+        "I keep track of everything I eat",
+        "do you store what I say?",
+    ] {
+        assert!(asks_to_toggle_keeping(message).is_none(), "{message}");
+        assert!(
+            !matches!(
+                parse_command(message, None),
+                Some(MemoryAction::SetRecall { .. })
+            ),
+            "{message}"
+        );
+    }
+}
+
+#[test]
 fn questions_about_what_is_saved_list_or_find() {
     let find = |q: &str| Some(MemoryAction::Find { query: q.into() });
     let cases: Vec<(&str, Option<MemoryAction>)> = vec![

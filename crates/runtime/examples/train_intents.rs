@@ -18,6 +18,10 @@
 //! most 0.5 % of the held-out exercise rows of other intents, see below).
 //! The shipped model is the one trained on the 85 %, so the held-out figures
 //! it prints are honest. No evaluation set is read here.
+//!
+//! `LEARN_STATIC_DIMS=64` adds the static token embeddings of `opencouch-learn`
+//! (build with `--features opencouch-learn/static-embeddings`); measured and
+//! not used by the shipped weights (docs/benchmarks.md).
 
 use std::path::PathBuf;
 
@@ -84,7 +88,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(v) = env("LEARN_CHAR_MIN").and_then(|v| v.parse().ok()) {
         features.char_min = v;
     }
-    let featurizer = Featurizer::new(features);
+    if let Some(v) = env("LEARN_STATIC_DIMS").and_then(|v| v.parse().ok()) {
+        features.static_dims = v;
+    }
+    if let Some(v) = env("LEARN_STATIC_GAIN").and_then(|v| v.parse().ok()) {
+        features.static_gain = v;
+    }
+    let featurizer = Featurizer::checked(features)?;
     let k = Intent::ALL.len();
     let mut train_set = Vec::new();
     let mut dev: Vec<(Example, Intent)> = Vec::new();

@@ -275,7 +275,7 @@ pub fn context_probabilities(
     if model.heads() != z.len() {
         return z;
     }
-    model.logits_into(&features.ids, &mut z);
+    model.logits(features, &mut z);
     let heads: Vec<usize> = (0..z.len())
         .filter(|&h| Intent::ALL[h].context() == context)
         .collect();

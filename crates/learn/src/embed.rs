@@ -224,22 +224,6 @@ fn fold(c: char) -> char {
     }
 }
 
-#[cfg(all(test, not(feature = "static-embeddings")))]
-mod tests_without_the_table {
-    use super::*;
-
-    #[test]
-    fn a_build_without_the_table_says_so() {
-        let e = StaticEmbeddings::builtin().unwrap_err();
-        assert!(e.to_string().contains("static-embeddings"), "{e}");
-        let f = crate::FeatureConfig {
-            static_dims: 64,
-            ..crate::FeatureConfig::default()
-        };
-        assert!(crate::Featurizer::checked(f).is_err());
-    }
-}
-
 #[cfg(all(test, feature = "static-embeddings"))]
 mod tests {
     use super::*;
@@ -296,48 +280,6 @@ mod tests {
         let d = vector(t, "i feel overwhelmed and anxious");
         let e = vector(t, "so stressed and panicky");
         assert!(cos(&d, &e) > cos(&d, &c));
-    }
-
-    #[test]
-    fn a_model_with_static_embeddings_trains_scores_and_round_trips() {
-        use crate::{Example, FeatureConfig, Featurizer, LinearModel, TrainConfig, train};
-        let f = Featurizer::checked(FeatureConfig {
-            buckets_log2: 10,
-            static_dims: 64,
-            ..FeatureConfig::default()
-        })
-        .expect("the table is built in");
-        let ex = |t: &str, y: f32| Example {
-            features: f.features(t),
-            targets: vec![y],
-            weight: 1.0,
-        };
-        let data = vec![
-            ex("i feel furious", 1.0),
-            ex("so angry right now", 1.0),
-            ex("the weather is lovely", 0.0),
-            ex("we had pasta for dinner", 0.0),
-        ];
-        assert_eq!(data[0].features.dense.len(), 3 * 128);
-        let m = train(
-            &data,
-            &["anger".to_owned()],
-            *f.config(),
-            &TrainConfig::default(),
-            "x",
-        )
-        .expect("trains");
-        assert!(m.dense_weights().iter().any(|w| *w != 0.0));
-        for bytes in [m.encode(0.0), m.encode_compact(0.0)] {
-            let back = LinearModel::decode(&bytes).expect("decodes");
-            assert_eq!(back.dense_weights(), m.dense_weights());
-            let (a, b) = (back.score("i am angry"), m.score("i am angry"));
-            assert!((a.whole[0] - b.whole[0]).abs() < 0.01);
-        }
-        // Negated words fill the second half of a token's values.
-        let neg = f.features("not angry");
-        assert!(neg.dense[128 + 64..].iter().any(|x| *x != 0.0));
-        assert!(neg.dense[128..128 + 64].iter().all(|x| *x == 0.0));
     }
 
     #[test]

@@ -246,15 +246,19 @@ impl LinearModel {
                 }
             }
         }
-        let dense_logits = |a: usize, b: usize| -> Vec<f32> {
-            let mut z = vec![0f32; heads];
-            if dense_on {
-                let sum: Vec<f32> = (0..width)
-                    .map(|d| dsums[b * width + d] - dsums[a * width + d])
-                    .collect();
-                self.add_dense(&sum, &mut z);
+        // Without dense values every window adds nothing: no allocation per
+        // window on the gate's path.
+        let no_dense = vec![0f32; heads];
+        let dense_logits = |a: usize, b: usize| -> std::borrow::Cow<'_, [f32]> {
+            if !dense_on {
+                return std::borrow::Cow::Borrowed(&no_dense);
             }
-            z
+            let mut z = vec![0f32; heads];
+            let sum: Vec<f32> = (0..width)
+                .map(|d| dsums[b * width + d] - dsums[a * width + d])
+                .collect();
+            self.add_dense(&sum, &mut z);
+            std::borrow::Cow::Owned(z)
         };
         let window = |a: usize, b: usize, h: usize, dz: &[f32]| {
             let c = counts[b] - counts[a];

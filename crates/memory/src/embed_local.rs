@@ -838,14 +838,18 @@ impl LocalEmbedder {
         let mask = ids.ones_like()?;
         let type_ids = ids.zeros_like()?;
         let hidden = model.bert.forward(&ids, &type_ids, Some(&mask))?;
-        let mean = hidden.mean(1)?;
-        let norm = mean
-            .sqr()?
-            .sum_keepdim(1)?
-            .sqrt()?
-            .clamp(1e-12f32, f32::MAX)?;
-        Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+        unit_rows(&hidden.mean(1)?)
     }
+}
+
+/// The rows of `mean` scaled to unit length, as vectors.
+fn unit_rows(mean: &Tensor) -> Result<Vec<Vec<f32>>, LocalEmbedError> {
+    let norm = mean
+        .sqr()?
+        .sum_keepdim(1)?
+        .sqrt()?
+        .clamp(1e-12f32, f32::MAX)?;
+    Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
 }
 
 impl Model {
@@ -879,13 +883,7 @@ impl Model {
         let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&m)?.sum(1)?;
         let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?;
-        let mean = summed.broadcast_div(&counts)?;
-        let norm = mean
-            .sqr()?
-            .sum_keepdim(1)?
-            .sqrt()?
-            .clamp(1e-12f32, f32::MAX)?;
-        Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+        unit_rows(&summed.broadcast_div(&counts)?)
     }
 }
 

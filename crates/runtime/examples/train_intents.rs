@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let env = |name: &str| std::env::var(name).ok();
     let mut features = FeatureConfig {
-        buckets_log2: 16,
+        buckets_log2: 15,
         ..FeatureConfig::default()
     };
     if let Some(v) = env("LEARN_BUCKETS").and_then(|v| v.parse().ok()) {

@@ -35,6 +35,11 @@ fn explain(msg: &str, asked: bool) {
         g.strip_spans,
         msg
     );
+    if std::env::var_os("EXPLAIN_CLAUSES").is_some() {
+        for line in opencouch_safety::grammar::debug_clauses(&n) {
+            println!("      {line}");
+        }
+    }
 }
 
 fn main() {

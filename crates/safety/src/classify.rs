@@ -51,6 +51,11 @@ impl Default for GateOptions {
     }
 }
 
+/// From this many tokens of the speaker's own text a message is a post, not
+/// a line: one ordinary word in it ("work", "dinner", "the station")
+/// no longer keeps the learned layer out (it reads the whole post).
+const LONG_POST_TOKENS: usize = 40;
+
 /// The reason recorded when the learned layer raised a level.
 pub const LEARNED_REASON: &str =
     "Indirect risk language recognised by the learned layer (reviewed training corpus).";
@@ -195,6 +200,12 @@ struct Context<'a> {
     /// conversation stays on risk ([`stays_on_risk`]).
     prior_imminent_weak: bool,
     prior_explicit: bool,
+    /// The current message answers the assistant's risk safety question
+    /// ("are you having thoughts of ending your life?") with a yes and no
+    /// denial: it is explicit risk now, so a plan or a moment in the same
+    /// answer ("yes, and i'm doing it tonight") is imminent, and no idiom
+    /// or planning phrase in it ("i've worked it all out") reads it as 0.
+    affirmed_risk: bool,
 }
 
 /// Whether an imminent verdict was confirmed by more than the grammar: an
@@ -247,12 +258,18 @@ fn context<'a>(r: &Rules, history: &[Message], message: &'a Normalized) -> Conte
             prior_explicit = true;
         }
     }
+    let affirmed_risk = last_safety_check(r, history).has(Family::SafetyCheckRisk)
+        && current.raw.has(Family::SafetyAffirm)
+        && !current.raw.has(Family::SafetyDenial)
+        && !current.raw.has(Family::Negation)
+        && !current.raw.has(Family::Recovery);
     Context {
         current,
         current_text,
         prior_imminent,
         prior_imminent_weak,
         prior_explicit,
+        affirmed_risk,
     }
 }
 
@@ -298,7 +315,7 @@ fn stays_on_risk(a: &Analysis) -> bool {
 /// After earlier explicit risk, a plan, time, resolution or means at hand
 /// ("i'm going to do it tonight", "made up my mind", "tonight.") is imminent.
 fn continuation_imminent(ctx: &Context) -> bool {
-    ctx.prior_explicit
+    (ctx.prior_explicit || ctx.affirmed_risk)
         && (ctx.current.risk.has(Family::ImminentContinuation)
             || ctx.current.grammar.imminence_cue())
 }
@@ -468,10 +485,15 @@ pub fn classify_normalized(
         && !has_risk(ctx.current.risk)
         && !ctx.prior_explicit
         && !ctx.current.grammar.risk_anchor;
-    let benign = ordinary_exit
-        || ctx.current.grammar.benign_purpose
+    // In a post (LONG_POST_TOKENS or more) one ordinary word or idiom
+    // somewhere ("work", "dinner", "killing me") says little about the rest:
+    // the learned layer reads it, but may only ask the safety question.
+    let ordinary_words = ctx.current.grammar.benign_purpose
         || ctx.current.raw.has(Family::BenignPlanningSafe)
-        || ctx.current.raw.has(Family::IdiomSafe)
+        || ctx.current.raw.has(Family::IdiomSafe);
+    let long_post = ctx.current.own_text.split_whitespace().count() >= LONG_POST_TOKENS;
+    let benign = ordinary_exit
+        || (ordinary_words && !long_post)
         || ctx.current.raw.has(Family::Negation)
         || ctx.current.raw.has(Family::SafetyDenial);
     if c.path != ClassifierPath::DeterministicOverride
@@ -480,7 +502,7 @@ pub fn classify_normalized(
         && !benign
         && long_enough
         && let Some(score) = learned()
-        && let Ok(level) = CrisisLevel::new(if anchored && !soft_absence {
+        && let Ok(level) = CrisisLevel::new(if anchored && !soft_absence && !ordinary_words {
             score.level
         } else {
             score.level.min(1)
@@ -576,8 +598,9 @@ fn classify_rules(
         );
     }
 
-    // 2. Idiom-safe / benign planning on the current message only.
-    if idiom_safe_from(a) {
+    // 2. Idiom-safe / benign planning on the current message only (not in
+    // a yes to the safety question).
+    if !ctx.affirmed_risk && idiom_safe_from(a) {
         let kind = if a.raw.has(Family::IdiomSafe) {
             OverrideKind::IdiomSafe
         } else {
@@ -791,6 +814,38 @@ mod tests {
         calm.crisis_level = Some(0);
         let h = vec![calm, Message::assistant("Okay.")];
         assert_eq!(classify(&h, "ok").assessment.level.get(), 0);
+    }
+
+    #[test]
+    fn a_yes_to_the_safety_question_is_not_read_as_planning() {
+        let asked = vec![
+            Message::user("everything is too much"),
+            Message::assistant("Are you having thoughts of ending your life?"),
+        ];
+        // A yes with a moment is imminent, whatever planning words it holds.
+        let c = classify(
+            &asked,
+            "Yes, and I'm going to do it tonight after my girlfriend leaves. I've worked it all out.",
+        );
+        assert_eq!(c.assessment.level.get(), 3, "{c:?}");
+        // The gate's own question in Italian, a yes and a place.
+        let asked_it = vec![Message::assistant(
+            "Stai pensando di toglierti la vita in questo momento?",
+        )];
+        assert!(
+            classify(&asked_it, "Sì. Sono già sul tetto.")
+                .assessment
+                .level
+                .get()
+                >= 2
+        );
+        assert_eq!(
+            classify(&asked_it, "No, sono solo stanca.")
+                .assessment
+                .level
+                .get(),
+            0
+        );
     }
 
     #[test]

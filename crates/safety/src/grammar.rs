@@ -186,6 +186,10 @@ tags! {
     OrdinaryPlan = "ordinary_plan",
     Neutral = "neutral",
     ResolveWeak = "resolve_weak",
+    Farewell = "farewell",
+    FarewellWeak = "farewell_weak",
+    Approach = "approach",
+    PlaceFinal = "place_final",
 }
 
 /// A set of tags (bitmask).
@@ -251,6 +255,12 @@ pub enum Construct {
     RepeatedSelfInjury,
     /// A question about lethality of means or acts.
     MethodQuestion,
+    /// At a lethal place (a height, the water, the tracks, a platform
+    /// edge) with a farewell or an oncoming train.
+    PlaceFarewell,
+    /// Lethal means held (the speaker's or someone else's medicine) with a
+    /// farewell nearby.
+    MeansFarewell,
 }
 
 impl Construct {
@@ -268,6 +278,8 @@ impl Construct {
         Construct::IntentAct,
         Construct::RepeatedSelfInjury,
         Construct::MethodQuestion,
+        Construct::PlaceFarewell,
+        Construct::MeansFarewell,
     ];
 
     /// Parses a name of [`Construct::name`].
@@ -290,6 +302,8 @@ impl Construct {
             Construct::IntentAct => "intent_act",
             Construct::RepeatedSelfInjury => "repeated_self_injury",
             Construct::MethodQuestion => "method_question",
+            Construct::PlaceFarewell => "place_farewell",
+            Construct::MeansFarewell => "means_farewell",
         }
     }
 
@@ -1002,13 +1016,29 @@ fn number_value(word: &str) -> Option<u32> {
 /// idiom, denial, third-person, quotation and past-risk spans are removed).
 pub fn analyze(text: &str) -> GrammarReport {
     match (lexicon(), rule_table()) {
-        (Ok(lex), Ok(table)) => analyze_with(lex, table, text),
+        (Ok(lex), Ok(table)) => analyze_with(lex, table, text, None),
         // Data that fails to load is a start-up error (`check_data`).
         _ => GrammarReport::default(),
     }
 }
 
-fn analyze_with(lex: &Lexicon, table: &RuleTable, text: &str) -> GrammarReport {
+/// For developers reading a decision (the `explain` example): each clause's
+/// text, person and tags (negated tags marked `!`), one line per clause.
+#[doc(hidden)]
+pub fn debug_clauses(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let (Ok(lex), Ok(table)) = (lexicon(), rule_table()) {
+        analyze_with(lex, table, text, Some(&mut out));
+    }
+    out
+}
+
+fn analyze_with(
+    lex: &Lexicon,
+    table: &RuleTable,
+    text: &str,
+    dump: Option<&mut Vec<String>>,
+) -> GrammarReport {
     let mut tokens: Vec<Token> = Vec::with_capacity(text.len() / 4 + 4);
     let question_mark = tokenize(text, &mut tokens);
     let mut report = GrammarReport {
@@ -1189,6 +1219,8 @@ fn analyze_with(lex: &Lexicon, table: &RuleTable, text: &str) -> GrammarReport {
                     Tag::Perfect,
                     Tag::TimeDone,
                     Tag::Intent,
+                    // "sat on the tracks", "standing on the ledge".
+                    Tag::Posture,
                 ])) || tags.any(ACTS));
         }
         if neg_scope > 0 {
@@ -1253,6 +1285,28 @@ fn analyze_with(lex: &Lexicon, table: &RuleTable, text: &str) -> GrammarReport {
         .iter()
         .any(|c| c.person == Person::Speaker && Tags(c.tags.0 & !c.negated.0).any(ANCHORS));
     report.learned_anchor = learned_anchor(&clauses, &sentences);
+    if let Some(out) = dump {
+        for c in &clauses {
+            let names: Vec<String> = Tag::ALL
+                .iter()
+                .filter(|t| c.tags.has(**t))
+                .map(|t| {
+                    if c.negated.has(*t) {
+                        format!("!{}", t.name())
+                    } else {
+                        t.name().to_string()
+                    }
+                })
+                .collect();
+            out.push(format!(
+                "s{} {:?} [{}] {}",
+                c.sentence,
+                c.person,
+                names.join(" "),
+                &text[c.start..c.end]
+            ));
+        }
+    }
     table::apply(table, &clauses, &sentences, &mut report);
     strip_spans(text, &clauses, &sentences, &mut report);
     report

@@ -256,8 +256,9 @@ struct Patterns {
 
 /// Parses one family file and adds its compiled-checked patterns to `pats`.
 /// `multilingual` is the file of additions (`families_intl.toml`): every
-/// family there names its `lang`, may appear once per language, is never
-/// assistant-side, and its errors name the family with its language.
+/// family there names its `lang`, may appear once per language (the
+/// assistant-side ones are the gate's own safety question in that language),
+/// and its errors name the family with its language.
 fn load_file(
     file: &'static str,
     src: &str,
@@ -281,17 +282,13 @@ fn load_file(
                     detail: format!("family {} has no lang", fam.name),
                 });
             };
-            if kind.assistant_side()
-                || loaded
-                    .iter()
-                    .any(|(k, f)| *k == kind && f.lang.as_deref() == Some(lang))
+            if loaded
+                .iter()
+                .any(|(k, f)| *k == kind && f.lang.as_deref() == Some(lang))
             {
                 return Err(SafetyError::Data {
                     file,
-                    detail: format!(
-                        "family {} ({lang}) defined twice or assistant-side",
-                        fam.name
-                    ),
+                    detail: format!("family {} ({lang}) defined twice", fam.name),
                 });
             }
             format!("{} ({lang})", fam.name)

@@ -8,6 +8,11 @@
 //! * `paraphrase_dev.jsonl` was written by a second author who had not read
 //!   the rules either, and the grammar *was* developed against it. Its floors
 //!   below are a regression guard, not evidence of generalisation.
+//! * `paraphrase_dev_3.jsonl` (448 cases) was written blind from the level
+//!   definitions and the kinds for round three, then the farewell
+//!   constructs, the answers in five languages and the learned layer's
+//!   reading of long posts were developed against it (its README records
+//!   the before/after). A regression guard too.
 
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, parse_cases};
 use opencouch_safety::{GateOptions, classify_with};
@@ -16,6 +21,7 @@ use sha2::{Digest, Sha256};
 const FROZEN: &str = include_str!("data/paraphrase_frozen.jsonl");
 const FROZEN_SHA256: &str = "785fa06e40747f9b7be68e95c21a780ed2bfe739de9fa23590621c63320fba80";
 const DEV: &str = include_str!("data/paraphrase_dev.jsonl");
+const DEV_3: &str = include_str!("data/paraphrase_dev_3.jsonl");
 /// The second frozen set (`paraphrase_frozen_2.md`): written before this
 /// round's tuning (the learned layer, the new constructs) by someone given
 /// only the level definitions and the kinds, never the rules.
@@ -94,6 +100,28 @@ fn the_development_set_keeps_its_floors() {
     assert_eq!(
         m[0][2] + m[0][3],
         0,
+        "benign look-alikes escalated: {:?}",
+        m[0]
+    );
+}
+
+#[test]
+fn the_third_development_set_keeps_its_floors() {
+    let r = report(DEV_3);
+    println!("third development set:\n{}", r.render());
+    let m = &r.matrix;
+    let share = |row: &[usize; 4], from: usize| {
+        row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
+    };
+    // Regression floors: measured after round three, rounded down (before
+    // it: imminent at 3 0.42, imminent escalated 0.65, explicit escalated
+    // 0.67, ambiguous flagged 0.69).
+    assert!(share(&m[3], 3) >= 0.65, "imminent at 3: {:?}", m[3]);
+    assert!(share(&m[3], 2) >= 0.87, "imminent escalated: {:?}", m[3]);
+    assert!(share(&m[2], 2) >= 0.74, "explicit escalated: {:?}", m[2]);
+    assert!(share(&m[1], 1) >= 0.66, "ambiguous flagged: {:?}", m[1]);
+    assert!(
+        m[0][2] + m[0][3] <= 4,
         "benign look-alikes escalated: {:?}",
         m[0]
     );

@@ -241,6 +241,10 @@ enum Reach {
     RestOfSentence,
     /// Any clause of this sentence or the one before or after.
     AdjacentSentences,
+    /// Any clause of this sentence or up to two before or after (a short
+    /// message's place and its farewell: "at the quarry edge. it's very
+    /// quiet. tell my kids i loved them").
+    NearSentences,
 }
 
 #[derive(Debug, Clone)]
@@ -513,6 +517,7 @@ impl RuleTable {
                 None | Some("clause") => Reach::Clause,
                 Some("rest_of_sentence") => Reach::RestOfSentence,
                 Some("adjacent_sentences") => Reach::AdjacentSentences,
+                Some("near_sentences") => Reach::NearSentences,
                 Some(other) => return Err(malformed(&g.name, &format!("unknown reach {other:?}"))),
             };
             let compiler = Compiler {
@@ -736,6 +741,12 @@ impl Eval<'_> {
                 .filter(|&o| {
                     let so = self.clauses[o].sentence;
                     so + 1 >= si && so <= si + 1
+                })
+                .any(|o| self.rule(&g.rule, o, &self.ctxs[o])),
+            Reach::NearSentences => (0..self.clauses.len())
+                .filter(|&o| {
+                    let so = self.clauses[o].sentence;
+                    so + 2 >= si && so <= si + 2
                 })
                 .any(|o| self.rule(&g.rule, o, &self.ctxs[o])),
         }
@@ -980,6 +991,38 @@ mod tests {
         assert!(g.constructs.is_empty(), "{g:?}");
         let g = analyze_report("i have the pills in my drawer. i want to die");
         assert_eq!(g.constructs, [Construct::MeansAtHand]);
+    }
+
+    #[test]
+    fn a_lethal_place_or_means_with_a_farewell_is_imminent() {
+        for msg in [
+            "at the quarry edge. it's very quiet. tell my kids i loved them.",
+            "i'm walking into the lake. the water is at my waist and i'm not going to stop.",
+            "sat on the tracks behind the school. can hear it coming. bye",
+            "i'm standing on the tracks. the freight comes through in a few minutes.",
+            "i've got my dad's insulin pens. after dinner i'm injecting all of it. i won't wake up.",
+        ] {
+            let got = fired(msg);
+            assert!(
+                got.contains(&"place_farewell") || got.contains(&"means_farewell"),
+                "{msg}: {got:?}"
+            );
+        }
+        // The same places and things without a farewell, or with an
+        // ordinary one away from the edge, stay out of these constructs.
+        for msg in [
+            "on the balcony with tea tonight, bye for now",
+            "waiting at the station for my train to work. bye!",
+            "picked up grandma's pills from the pharmacy, she says thanks",
+            "i'm on the bridge taking photos of the sunset",
+            "at the lake with friends, see you later",
+        ] {
+            let got = fired(msg);
+            assert!(
+                !got.contains(&"place_farewell") && !got.contains(&"means_farewell"),
+                "{msg}: {got:?}"
+            );
+        }
     }
 
     fn analyze_report(msg: &str) -> GrammarReport {

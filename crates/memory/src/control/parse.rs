@@ -109,6 +109,9 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
     if let Some(enabled) = asks_to_toggle_keeping(message) {
         return Some(MemoryAction::SetRecall { enabled });
     }
+    if let Some(enabled) = asks_to_toggle_recall(message) {
+        return Some(MemoryAction::SetRecall { enabled });
+    }
     if let Some(rest) = strip_prefix_any(body, &c.save_prefixes) {
         // Keep the user's original casing for the preference itself.
         let original = message.trim().trim_end_matches(['.', '!', '?', ' ']);
@@ -304,6 +307,90 @@ fn keeping_toggle_sentence(folded: &str) -> Option<bool> {
     }
     let (_, rest) = lead(rest, &c.keeping_objects)?;
     rest.is_empty().then_some(!stop)
+}
+
+/// Whether a sentence of `message` asks the app to bring up earlier
+/// conversations by itself (`Some(true)`) or not to (`Some(false)`): an
+/// opener of a request (the keeping openers or the recall ones, or none), a
+/// recall verb ("bring up", "refer back to", "mention"), an object that
+/// names the past ("our old sessions", "what i said last time") and tails
+/// that end the sentence ("when it's relevant", "unless i ask"); or a fresh
+/// start every time ("can each chat be a clean slate"). "My mum always
+/// brings up my old mistakes" is not one (no request), nor is "I want to
+/// talk about last week" (no recall verb).
+pub fn asks_to_toggle_recall(message: &str) -> Option<bool> {
+    sentences(message)
+        .into_iter()
+        .find_map(|(s, _)| recall_toggle_sentence(&fold(s)))
+}
+
+fn recall_toggle_sentence(folded: &str) -> Option<bool> {
+    let c = &lexicon().control;
+    let text = folded.trim().trim_end_matches(['.', '!', '?', ' ', ',']);
+    if c.recall_fresh.iter().any(|p| contains_phrase(text, p)) {
+        return Some(false);
+    }
+    // The request may be the whole sentence or end at a comma, with a
+    // remark of its own after it ("refer back to previous sessions,
+    // starting from scratch every time is exhausting").
+    std::iter::once(text)
+        .chain(text.match_indices(',').map(|(i, _)| &text[..i]))
+        .find_map(recall_toggle_clause)
+}
+
+fn recall_toggle_clause(text: &str) -> Option<bool> {
+    let c = &lexicon().control;
+    let text = text.trim_end_matches([' ', ',']);
+    let (rest, _) = strip_fillers(text, &c.request_fillers, &c.request_askers);
+    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
+    let (rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
+    let (stop, rest) = if let Some((_, r)) =
+        lead(rest, &c.recall_stop_openers).or_else(|| lead(rest, &c.keeping_stop_openers))
+    {
+        (
+            true,
+            strip_fillers(r, &c.request_fillers, &c.request_askers).0,
+        )
+    } else if let Some((_, r)) =
+        lead(rest, &c.recall_start_openers).or_else(|| lead(rest, &c.keeping_start_openers))
+    {
+        (false, r)
+    } else {
+        (false, rest)
+    };
+    // The verb must open what is left: a request or an imperative ("bring
+    // up our old chats when it fits"); "you bring up old stuff all the
+    // time" is a remark.
+    let (_, rest) = lead(rest, &c.recall_verbs)?;
+    let mut rest = recall_object(rest)?;
+    // Tails end the clause.
+    while !rest.is_empty() {
+        match lead(rest, &c.recall_tails) {
+            Some((_, after)) => rest = after,
+            None => return None,
+        }
+    }
+    Some(!stop)
+}
+
+/// What follows an object that names earlier conversations: a listed one
+/// ("what i said last time"), or one built from parts ("stuff from our old
+/// conversations", "previous convos").
+fn recall_object(text: &str) -> Option<&str> {
+    let c = &lexicon().control;
+    let listed = lead(text, &c.recall_objects).map(|(_, r)| r);
+    let built = || {
+        let rest = lead(text, &c.recall_heads).map_or(text, |(_, r)| r);
+        let rest = lead(rest, &c.recall_preps).map_or(rest, |(_, r)| r);
+        let rest = lead(rest, &c.recall_dets).map_or(rest, |(_, r)| r);
+        let (_, rest) = lead(rest, &c.recall_earlier)?;
+        lead(rest, &c.recall_conversations).map(|(_, r)| r)
+    };
+    // The longer reading wins ("what i said" + " in our last session").
+    match (listed, built()) {
+        (Some(a), Some(b)) => Some(if b.len() < a.len() { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 fn stop_saving_sentence(folded: &str) -> bool {

@@ -824,3 +824,53 @@ async fn explicit_facts_are_saved_at_once_and_undone_exactly() {
     assert_eq!(incognito.reply, INCOGNITO_SAVE_REPLY);
     assert_eq!(active_facts(b.as_ref(), "u").await.unwrap().len(), before);
 }
+
+#[test]
+fn requests_about_bringing_up_earlier_conversations_toggle_recall() {
+    let set = |enabled| Some(MemoryAction::SetRecall { enabled });
+    let cases: Vec<(&str, Option<MemoryAction>)> = vec![
+        (
+            "feel free to bring up stuff from our old sessions",
+            set(true),
+        ),
+        (
+            "hey so from now on go ahead and mention stuff from our old conversations",
+            set(true),
+        ),
+        (
+            "plz refer back to previous sessions, starting from scratch every time is exhausting",
+            set(true),
+        ),
+        ("its ok to mention previous convos", set(true)),
+        (
+            "I'd rather you didn't remind me about previous sessions at the start.",
+            set(false),
+        ),
+        (
+            "from now on dont refer to anything from earlier chats ok",
+            set(false),
+        ),
+        ("can you not reference previous convos?", set(false)),
+        (
+            "please don't mention what I said last time unless I ask",
+            set(false),
+        ),
+        ("can each chat be a clean slate every time?", set(false)),
+    ];
+    for (message, want) in cases {
+        assert_eq!(parse_command(message, None), want, "{message}");
+    }
+    // Not requests to the app: a remark, someone else, the person's own
+    // plans, a look-alike verb with a specific object.
+    for message in [
+        "my mum always brings up my old mistakes",
+        "you bring up old stuff all the time",
+        "I keep bringing up the past with my therapist",
+        "I want to talk about last week",
+        "we talked about it last week at dinner",
+        "mention it to my boss tomorrow",
+        "I wish I could start fresh at a new school",
+    ] {
+        assert!(asks_to_toggle_recall(message).is_none(), "{message}");
+    }
+}

@@ -213,11 +213,15 @@ pub struct RawFamily {
 
 /// The compiled rule tables.
 pub struct Rules {
-    user_set: RegexSet,
-    user_map: Vec<Family>,
+    /// One regex per family (its patterns joined): a single set of every
+    /// pattern made the lazy DFA's states so large (bounded repetitions in
+    /// hundreds of patterns) that it rebuilt them for nearly every byte of
+    /// a long post.
+    user_res: Vec<(Family, Regex)>,
     assistant_set: RegexSet,
     assistant_map: Vec<Family>,
-    strip_re: Regex,
+    /// The strip families' patterns, one regex per family (see `user_res`).
+    strip_res: Vec<Regex>,
     soft_absence_re: Regex,
     /// The families as loaded (for consistency tests and documentation).
     pub families: Vec<(Family, RawFamily)>,
@@ -251,6 +255,7 @@ struct Patterns {
     assistant: Vec<String>,
     assistant_map: Vec<Family>,
     strip: Vec<String>,
+    strip_map: Vec<Family>,
     soft_absence: Vec<String>,
 }
 
@@ -324,6 +329,7 @@ fn load_file(
             } else {
                 if kind.strips() {
                     pats.strip.push(format!("(?:{src})"));
+                    pats.strip_map.push(kind);
                 }
                 if kind == Family::SoftAbsence {
                     pats.soft_absence.push(format!("(?:{src})"));
@@ -356,32 +362,60 @@ impl Rules {
             file: "families.toml",
             detail: e.to_string(),
         };
-        let user_set = RegexSetBuilder::new(&pats.user)
-            .unicode(false)
-            .size_limit(64 << 20)
-            .dfa_size_limit(64 << 20)
-            .build()
-            .map_err(build_err)?;
+        let mut user_res: Vec<(Family, Regex)> = Vec::new();
+        for f in Family::ALL {
+            let joined: Vec<String> = pats
+                .user
+                .iter()
+                .zip(&pats.user_map)
+                .filter(|(_, k)| **k == f)
+                .map(|(p, _)| format!("(?:{p})"))
+                .collect();
+            if joined.is_empty() {
+                continue;
+            }
+            let re = RegexBuilder::new(&joined.join("|"))
+                .unicode(false)
+                .size_limit(64 << 20)
+                .dfa_size_limit(16 << 20)
+                .build()
+                .map_err(build_err)?;
+            user_res.push((f, re));
+        }
         let assistant_set = RegexSetBuilder::new(&pats.assistant)
             .unicode(false)
             .build()
             .map_err(build_err)?;
-        let strip_re = RegexBuilder::new(&pats.strip.join("|"))
-            .unicode(false)
-            .size_limit(64 << 20)
-            .dfa_size_limit(64 << 20)
-            .build()
-            .map_err(build_err)?;
+        let mut strip_res: Vec<Regex> = Vec::new();
+        for f in Family::ALL {
+            let joined: Vec<&str> = pats
+                .strip
+                .iter()
+                .zip(&pats.strip_map)
+                .filter(|(_, k)| **k == f)
+                .map(|(p, _)| p.as_str())
+                .collect();
+            if joined.is_empty() {
+                continue;
+            }
+            strip_res.push(
+                RegexBuilder::new(&joined.join("|"))
+                    .unicode(false)
+                    .size_limit(64 << 20)
+                    .dfa_size_limit(16 << 20)
+                    .build()
+                    .map_err(build_err)?,
+            );
+        }
         let soft_absence_re = RegexBuilder::new(&pats.soft_absence.join("|"))
             .unicode(false)
             .build()
             .map_err(build_err)?;
         Ok(Rules {
-            user_set,
-            user_map: pats.user_map,
+            user_res,
             assistant_set,
             assistant_map: pats.assistant_map,
-            strip_re,
+            strip_res,
             soft_absence_re,
             families,
             intl,
@@ -391,8 +425,10 @@ impl Rules {
     /// Families whose user-side patterns match `text` (normalized).
     pub fn scan(&self, text: &str) -> FamilySet {
         let mut set = FamilySet::default();
-        for i in self.user_set.matches(text.as_bytes()).iter() {
-            set.insert(self.user_map[i]);
+        for (f, re) in &self.user_res {
+            if re.is_match(text.as_bytes()) {
+                set.insert(*f);
+            }
         }
         set
     }
@@ -409,8 +445,37 @@ impl Rules {
     /// Removes the spans of strip families (idioms, denials, negations,
     /// third-person and quoted speech, past risk), leaving a separator.
     pub fn strip(&self, text: &str) -> String {
-        String::from_utf8_lossy(&self.strip_re.replace_all(text.as_bytes(), &b" | "[..]))
-            .into_owned()
+        // Every match of every strip family, overlapping ones merged, each
+        // merged span replaced by one separator.
+        let bytes = text.as_bytes();
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for re in &self.strip_res {
+            spans.extend(
+                re.find_iter(bytes)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| (m.start(), m.end())),
+            );
+        }
+        if spans.is_empty() {
+            return text.to_owned();
+        }
+        spans.sort_unstable();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        let mut i = 0;
+        while i < spans.len() {
+            let (start, mut end) = spans[i];
+            i += 1;
+            while i < spans.len() && spans[i].0 < end {
+                end = end.max(spans[i].1);
+                i += 1;
+            }
+            out.extend_from_slice(&bytes[at..start]);
+            out.extend_from_slice(b" | ");
+            at = end;
+        }
+        out.extend_from_slice(&bytes[at..]);
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     /// `text` with the soft-absence phrases ("won't be around") removed, so

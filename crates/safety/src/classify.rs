@@ -672,7 +672,11 @@ fn classify_rules(
                 Layer::SafetyAnswer,
             );
         }
-        if a.raw.has(Family::SafetyUnsure) && !denial {
+        // "idk. maybe. nothing's going to get better": unsure, but hopeless
+        // too, which answers the risk question (below).
+        let unsure_only = !(risk_question
+            && (a.risk.has(Family::Ambiguous) || a.raw.has(Family::HopelessAnswer)));
+        if a.raw.has(Family::SafetyUnsure) && !denial && unsure_only {
             return out(
                 CrisisLevel::AMBIGUOUS,
                 Confidence::Medium,

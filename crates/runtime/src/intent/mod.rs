@@ -96,6 +96,14 @@ impl Intent {
         matches!(self, Intent::ExerciseStop)
     }
 
+    /// Intents that replace the step the person is answering (an easier
+    /// variant for "stuck"): like an exit, a false one derails an answer
+    /// ("my cat keeps me company when i'm alone" is not a cry for help), so
+    /// the layer needs the exit bar for them.
+    pub const fn changes_the_step(self) -> bool {
+        matches!(self, Intent::ExerciseStuck | Intent::ExerciseEasier)
+    }
+
     /// The catalog exercise a request of this kind asks for, and whether
     /// the request itself is consent to start it (a request for "something
     /// calming" names no exercise: it gets an offer instead).
@@ -244,7 +252,7 @@ impl IntentLayer {
                     if p > best.1 { (*i, p) } else { best }
                 },
             );
-        let bar = if intent.leaves_exercise() {
+        let bar = if intent.leaves_exercise() || intent.changes_the_step() {
             self.thresholds.exit
         } else {
             self.thresholds.accept

@@ -430,7 +430,24 @@ fn parse_save_sentence(sentence: &str, question: bool) -> Option<MemoryAction> {
     let rest = cue_body
         .map(|b| strip_fillers(b, &c.request_fillers, &c.request_askers).0)
         .unwrap_or(rest);
-    let (trigger, body) = lead(rest, &c.save_triggers)?;
+    let Some((trigger, body)) = lead(rest, &c.save_triggers) else {
+        // The request in another language: the stated fact, as written.
+        let (_, body) = lead(rest, &c.save_triggers_intl)?;
+        if question && !asked {
+            return None;
+        }
+        let mut body = body.trim().trim_end_matches(['.', '!', ' ', ',']);
+        while let Some(b) = c.request_tails_intl.iter().find_map(|t| {
+            body.strip_suffix(t.as_str())
+                .filter(|b| b.ends_with([' ', ',']))
+                .map(|b| b.trim_end_matches([' ', ',']))
+        }) {
+            body = b;
+        }
+        return (!body.is_empty()).then(|| MemoryAction::SaveFact {
+            fact_text: f.original_of_segment(body),
+        });
+    };
     if question && !asked {
         return None;
     }
@@ -562,6 +579,17 @@ pub fn is_undo_request(message: &str) -> bool {
 /// The person's words turned to address them ("my sister is called Sarah"
 /// → "your sister is called Sarah"; "I'm vegetarian" → "you're
 /// vegetarian"), for confirming what was saved.
+/// Whether a saved text reads as English (no word of the lexicon's
+/// `non_english_markers`): only then does a confirmation turn "my" into
+/// "your".
+pub fn reads_as_english(text: &str) -> bool {
+    let markers = &lexicon().control.non_english_markers;
+    !text
+        .split(|ch: char| !(ch.is_alphanumeric() || ch == '\''))
+        .map(fold)
+        .any(|w| markers.contains(&w))
+}
+
 pub fn second_person(text: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut prev_i = false;

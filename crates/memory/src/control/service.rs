@@ -14,7 +14,7 @@ use super::action::{
     ControlContext, ControlError, ControlOutcome, DeleteTarget, GUEST_MODE_REPLY,
     INCOGNITO_SAVE_REPLY, MemoryAction, MemorySnapshot, PendingAction, PendingChange, TargetKind,
 };
-use super::parse::{IMPERATIVE_OPENERS, second_person};
+use super::parse::{IMPERATIVE_OPENERS, reads_as_english, second_person};
 use crate::assist::{PolicyModel, validate_preference_rule};
 use crate::backend::{
     MemoryError, PROFILE_RECORD_ID, active_facts, fact_record, load_profile, save_profile, upsert,
@@ -556,7 +556,11 @@ impl MemoryControlService {
             data: json!({"saved": true, "kind": "fact", "fact": preview}),
             undo: Some(target(owner, TargetKind::Fact, &fact.id, &preview)),
             ..ControlOutcome::reply(
-                format!("I'll remember that {}.", second_person(&words)),
+                if reads_as_english(&words) {
+                    format!("I'll remember that {}.", second_person(&words))
+                } else {
+                    format!("I'll remember: \"{words}\".")
+                },
                 PendingChange::Keep,
             )
         })

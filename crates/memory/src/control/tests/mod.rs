@@ -874,3 +874,60 @@ fn requests_about_bringing_up_earlier_conversations_toggle_recall() {
         assert!(asks_to_toggle_recall(message).is_none(), "{message}");
     }
 }
+
+#[test]
+fn requests_to_remember_in_five_other_languages_save_the_words_as_written() {
+    let fact = |t: &str| {
+        Some(MemoryAction::SaveFact {
+            fact_text: t.to_owned(),
+        })
+    };
+    let cases: Vec<(&str, Option<MemoryAction>)> = vec![
+        (
+            "recuerda que tengo exámenes en junio, porfa",
+            fact("tengo exámenes en junio"),
+        ),
+        (
+            "Souviens-toi que j'ai un fils de 4 ans.",
+            fact("j'ai un fils de 4 ans"),
+        ),
+        (
+            "merk dir bitte, dass ich Mitte Mai umziehe",
+            fact("ich Mitte Mai umziehe"),
+        ),
+        ("lembra que eu tenho ansiedade", fact("eu tenho ansiedade")),
+        (
+            "Ricordati che mio padre è in ospedale.",
+            fact("mio padre è in ospedale"),
+        ),
+    ];
+    for (message, want) in cases {
+        assert_eq!(parse_command(message, None), want, "{message}");
+    }
+    // Remembering in the person's own life is not a request.
+    for message in [
+        "recuerdo que de niña vivía en Lima",
+        "je me souviens de ce jour",
+    ] {
+        assert!(parse_command(message, None).is_none(), "{message}");
+    }
+    assert!(!reads_as_english("tengo exámenes en junio"));
+    assert!(reads_as_english("my exam is on Friday"));
+}
+
+#[tokio::test]
+async fn a_fact_in_another_language_is_confirmed_as_written() {
+    let (svc, _b) = seeded().await;
+    let o = svc
+        .handle(
+            &ctx(MemoryMode::Persistent),
+            MemoryAction::SaveFact {
+                fact_text: "me operan el lunes".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(o.side_effect);
+    assert_eq!(o.reply, "I'll remember: \"me operan el lunes\".");
+}

@@ -206,6 +206,9 @@ struct Context<'a> {
     /// answer ("yes, and i'm doing it tonight") is imminent, and no idiom
     /// or planning phrase in it ("i've worked it all out") reads it as 0.
     affirmed_risk: bool,
+    /// The safety question the assistant's last turn asked, if any
+    /// ([`last_safety_check`], read once per gate call).
+    check: FamilySet,
 }
 
 /// Whether an imminent verdict was confirmed by more than the grammar: an
@@ -258,7 +261,8 @@ fn context<'a>(r: &Rules, history: &[Message], message: &'a Normalized) -> Conte
             prior_explicit = true;
         }
     }
-    let affirmed_risk = last_safety_check(r, history).has(Family::SafetyCheckRisk)
+    let check = last_safety_check(r, history);
+    let affirmed_risk = check.has(Family::SafetyCheckRisk)
         && current.raw.has(Family::SafetyAffirm)
         && !current.raw.has(Family::SafetyDenial)
         && !current.raw.has(Family::Negation)
@@ -270,6 +274,7 @@ fn context<'a>(r: &Rules, history: &[Message], message: &'a Normalized) -> Conte
         prior_imminent_weak,
         prior_explicit,
         affirmed_risk,
+        check,
     }
 }
 
@@ -426,7 +431,7 @@ pub fn classify_normalized(
     let learned_cell: std::cell::OnceCell<Option<LearnedScore>> = std::cell::OnceCell::new();
     let learned =
         || *learned_cell.get_or_init(|| learned_gate.map(|g| g.score(&ctx.current.own_text)));
-    let mut c = classify_rules(r, history, &ctx, &learned);
+    let mut c = classify_rules(&ctx, &learned);
     // Being away, said softly ("i won't be around next week"), is risk only
     // with risk beside it: when the message without that phrase holds no
     // risk at all (level 0, no construct) and nothing explicit came before, it is the safety question
@@ -439,7 +444,7 @@ pub fn classify_normalized(
     {
         let without = Normalized::new(&r.without_soft_absence(message.as_str()));
         let rest_ctx = context(r, history, &without);
-        let rest = classify_rules(r, history, &rest_ctx, &|| None);
+        let rest = classify_rules(&rest_ctx, &|| None);
         let rest_clean = rest.assessment.level == CrisisLevel::NONE
             && rest.constructs.is_empty()
             && !rest_ctx.current.grammar.risk_anchor
@@ -470,8 +475,8 @@ pub fn classify_normalized(
     // asks the safety question instead.
     let anchored =
         ctx.current.grammar.learned_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
-    let long_enough = anchored
-        || ctx.current.own_text.split_whitespace().count() >= crate::learned::MIN_TOKENS_UNANCHORED;
+    let own_words = ctx.current.own_text.split_whitespace().count();
+    let long_enough = anchored || own_words >= crate::learned::MIN_TOKENS_UNANCHORED;
     // Where the rules recognised an ordinary purpose (a dose on the label,
     // sport, cooking, a planned trip, an idiom) or a denial, the structure
     // they found beats a bag of n-grams: the learned layer stays out.
@@ -491,7 +496,7 @@ pub fn classify_normalized(
     let ordinary_words = ctx.current.grammar.benign_purpose
         || ctx.current.raw.has(Family::BenignPlanningSafe)
         || ctx.current.raw.has(Family::IdiomSafe);
-    let long_post = ctx.current.own_text.split_whitespace().count() >= LONG_POST_TOKENS;
+    let long_post = own_words >= LONG_POST_TOKENS;
     let benign = ordinary_exit
         || (ordinary_words && !long_post)
         || ctx.current.raw.has(Family::Negation)
@@ -516,12 +521,7 @@ pub fn classify_normalized(
     c
 }
 
-fn classify_rules(
-    r: &Rules,
-    history: &[Message],
-    ctx: &Context,
-    learned: &dyn Fn() -> Option<LearnedScore>,
-) -> Classification {
+fn classify_rules(ctx: &Context, learned: &dyn Fn() -> Option<LearnedScore>) -> Classification {
     let a = &ctx.current;
     let mut families: Vec<&'static str> = Vec::new();
     for f in Family::ALL {
@@ -622,7 +622,7 @@ fn classify_rules(
     }
 
     // 3. Answer to a safety question.
-    let check = last_safety_check(r, history);
+    let check = ctx.check;
     if !check.is_empty() {
         let denial = a.raw.has(Family::SafetyDenial) || a.raw.has(Family::Negation);
         if a.risk.has(Family::ClearSelfHarm) {

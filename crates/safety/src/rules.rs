@@ -362,51 +362,16 @@ impl Rules {
             file: "families.toml",
             detail: e.to_string(),
         };
-        let mut user_res: Vec<(Family, Regex)> = Vec::new();
-        for f in Family::ALL {
-            let joined: Vec<String> = pats
-                .user
-                .iter()
-                .zip(&pats.user_map)
-                .filter(|(_, k)| **k == f)
-                .map(|(p, _)| format!("(?:{p})"))
-                .collect();
-            if joined.is_empty() {
-                continue;
-            }
-            let re = RegexBuilder::new(&joined.join("|"))
-                .unicode(false)
-                .size_limit(64 << 20)
-                .dfa_size_limit(16 << 20)
-                .build()
-                .map_err(build_err)?;
-            user_res.push((f, re));
-        }
+        let user_res = per_family(&pats.user, &pats.user_map).map_err(build_err)?;
         let assistant_set = RegexSetBuilder::new(&pats.assistant)
             .unicode(false)
             .build()
             .map_err(build_err)?;
-        let mut strip_res: Vec<Regex> = Vec::new();
-        for f in Family::ALL {
-            let joined: Vec<&str> = pats
-                .strip
-                .iter()
-                .zip(&pats.strip_map)
-                .filter(|(_, k)| **k == f)
-                .map(|(p, _)| p.as_str())
-                .collect();
-            if joined.is_empty() {
-                continue;
-            }
-            strip_res.push(
-                RegexBuilder::new(&joined.join("|"))
-                    .unicode(false)
-                    .size_limit(64 << 20)
-                    .dfa_size_limit(16 << 20)
-                    .build()
-                    .map_err(build_err)?,
-            );
-        }
+        let strip_res: Vec<Regex> = per_family(&pats.strip, &pats.strip_map)
+            .map_err(build_err)?
+            .into_iter()
+            .map(|(_, re)| re)
+            .collect();
         let soft_absence_re = RegexBuilder::new(&pats.soft_absence.join("|"))
             .unicode(false)
             .build()
@@ -497,6 +462,30 @@ impl Rules {
             self.scan(text).has(family)
         }
     }
+}
+
+/// One regex per family: the family's patterns, each in a group, joined
+/// by `|` (see `Rules::user_res` for why not one set of all of them).
+fn per_family(patterns: &[String], map: &[Family]) -> Result<Vec<(Family, Regex)>, regex::Error> {
+    let mut out = Vec::new();
+    for f in Family::ALL {
+        let joined: Vec<String> = patterns
+            .iter()
+            .zip(map)
+            .filter(|(_, k)| **k == f)
+            .map(|(p, _)| format!("(?:{p})"))
+            .collect();
+        if joined.is_empty() {
+            continue;
+        }
+        let re = RegexBuilder::new(&joined.join("|"))
+            .unicode(false)
+            .size_limit(64 << 20)
+            .dfa_size_limit(16 << 20)
+            .build()?;
+        out.push((f, re));
+    }
+    Ok(out)
 }
 
 static RULES: LazyLock<Result<Rules, SafetyError>> = LazyLock::new(Rules::load);

@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::action::{MemoryAction, PendingAction, TargetKind};
-use crate::lexicon::{contains_phrase, fold, lexicon};
+use crate::lexicon::{ControlPhrases, contains_phrase, fold, lexicon};
 use crate::text::meaningful_set;
 
 /// Words that open a request addressed to the assistant ("keep answers
@@ -255,6 +255,38 @@ pub fn asks_to_stop_saving(message: &str) -> bool {
         .any(|(s, _)| stop_saving_sentence(&fold(s)))
 }
 
+/// The body of a request: fillers, a leading "from now on" and the fillers
+/// after it removed ("oh and from now on please …").
+fn request_body<'a>(c: &ControlPhrases, text: &'a str) -> &'a str {
+    let (rest, _) = strip_fillers(text, &c.request_fillers, &c.request_askers);
+    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
+    strip_fillers(rest, &c.request_fillers, &c.request_askers).0
+}
+
+/// Reads a request's opener: `(true, rest)` after a stop opener ("don't",
+/// "i'd rather you didn't"; fillers after it removed), `(false, rest)` after
+/// a start opener ("feel free to") or none. Lists are tried in order.
+fn request_opener<'a>(
+    c: &ControlPhrases,
+    text: &'a str,
+    stop_openers: &[&[String]],
+    start_openers: &[&[String]],
+) -> (bool, &'a str) {
+    if let Some((_, r)) = stop_openers.iter().find_map(|l| lead(text, l)) {
+        return (
+            true,
+            strip_fillers(r, &c.request_fillers, &c.request_askers).0,
+        );
+    }
+    (
+        false,
+        start_openers
+            .iter()
+            .find_map(|l| lead(text, l))
+            .map_or(text, |(_, r)| r),
+    )
+}
+
 /// Whether a sentence of `message` is a request to keep (`Some(true)`) or
 /// stop keeping (`Some(false)`) what the person says from now on, read as
 /// an opener ("don't", "stop", "no need to", or none), a keeping verb
@@ -278,9 +310,7 @@ fn keeping_toggle_sentence(folded: &str) -> Option<bool> {
             text = t.trim_end_matches([' ', ',']);
         }
     }
-    let (rest, _) = strip_fillers(text, &c.request_fillers, &c.request_askers);
-    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
-    let (mut rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
+    let mut rest = request_body(c, text);
     for cue in &c.preference_cues {
         if let Some(b) = rest.strip_suffix(cue.as_str())
             && b.ends_with([' ', ','])
@@ -289,16 +319,12 @@ fn keeping_toggle_sentence(folded: &str) -> Option<bool> {
             break;
         }
     }
-    let (stop, rest) = match lead(rest, &c.keeping_stop_openers) {
-        Some((_, r)) => (
-            true,
-            strip_fillers(r, &c.request_fillers, &c.request_askers).0,
-        ),
-        None => (
-            false,
-            lead(rest, &c.keeping_start_openers).map_or(rest, |(_, r)| r),
-        ),
-    };
+    let (stop, rest) = request_opener(
+        c,
+        rest,
+        &[&c.keeping_stop_openers],
+        &[&c.keeping_start_openers],
+    );
     let (_, rest) = lead(rest, &c.keeping_verbs)?;
     if rest.is_empty() {
         // "stop saving", "no more recording"; a bare "remember" is not a
@@ -340,24 +366,13 @@ fn recall_toggle_sentence(folded: &str) -> Option<bool> {
 
 fn recall_toggle_clause(text: &str) -> Option<bool> {
     let c = &lexicon().control;
-    let text = text.trim_end_matches([' ', ',']);
-    let (rest, _) = strip_fillers(text, &c.request_fillers, &c.request_askers);
-    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
-    let (rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
-    let (stop, rest) = if let Some((_, r)) =
-        lead(rest, &c.recall_stop_openers).or_else(|| lead(rest, &c.keeping_stop_openers))
-    {
-        (
-            true,
-            strip_fillers(r, &c.request_fillers, &c.request_askers).0,
-        )
-    } else if let Some((_, r)) =
-        lead(rest, &c.recall_start_openers).or_else(|| lead(rest, &c.keeping_start_openers))
-    {
-        (false, r)
-    } else {
-        (false, rest)
-    };
+    let rest = request_body(c, text.trim_end_matches([' ', ',']));
+    let (stop, rest) = request_opener(
+        c,
+        rest,
+        &[&c.recall_stop_openers, &c.keeping_stop_openers],
+        &[&c.recall_start_openers, &c.keeping_start_openers],
+    );
     // The verb must open what is left: a request or an imperative ("bring
     // up our old chats when it fits"); "you bring up old stuff all the
     // time" is a remark.
@@ -395,10 +410,7 @@ fn recall_object(text: &str) -> Option<&str> {
 
 fn stop_saving_sentence(folded: &str) -> bool {
     let c = &lexicon().control;
-    let (rest, _) = strip_fillers(folded.trim(), &c.request_fillers, &c.request_askers);
-    let rest = lead(rest, &c.preference_cues).map_or(rest, |(_, b)| b);
-    let (rest, _) = strip_fillers(rest, &c.request_fillers, &c.request_askers);
-    lead(rest, &c.stop_saving).is_some()
+    lead(request_body(c, folded.trim()), &c.stop_saving).is_some()
 }
 
 /// Reads one sentence as an explicit request to remember something.

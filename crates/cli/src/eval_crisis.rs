@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use opencouch_core::RuntimeMode;
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, MissReport, parse_cases};
-use opencouch_safety::{GateOptions, classify_with};
+use opencouch_safety::{GateOptions, classify_pair, classify_with};
 
 use crate::out::{out, outln};
 
@@ -101,8 +101,7 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
             .build()?;
         hybrid = Some((gate, rt));
     }
-    let deterministic = |history: &[opencouch_core::Message], message: &str, learned: bool| {
-        let c = classify_with(history, message, GateOptions { learned });
+    let verdict = |c: opencouch_safety::Classification| {
         let mut signals = c.matched_families.clone();
         signals.extend(c.constructs.iter().copied());
         Verdict {
@@ -181,11 +180,14 @@ pub fn run(args: &EvalCrisisArgs, settings: &opencouch_config::Settings) -> anyh
                 (v.level, v)
             }
             None if two_passes => {
-                let base = deterministic(&case.history, &case.message, false).level;
-                (base, deterministic(&case.history, &case.message, true))
+                // One reading of the message, classified without and with
+                // the learned layer.
+                let (without, with) = classify_pair(&case.history, &case.message);
+                (without.assessment.level.get(), verdict(with))
             }
             None => {
-                let v = deterministic(&case.history, &case.message, false);
+                let c = classify_with(&case.history, &case.message, GateOptions { learned: false });
+                let v = verdict(c);
                 (v.level, v)
             }
         };

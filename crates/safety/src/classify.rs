@@ -374,6 +374,29 @@ fn starts_with_no(text: &str) -> bool {
     })
 }
 
+/// [`starts_with_no`] after at most two lead-in words ("honestly no",
+/// "um, tbh no").
+fn answer_opens_with_no(text: &str) -> bool {
+    const LEAD_INS: [&str; 12] = [
+        "honestly", "tbh", "um", "umm", "uh", "well", "hmm", "actually", "ok", "okay", "so",
+        "i mean",
+    ];
+    let mut t = text.trim_start_matches(|c: char| !c.is_alphanumeric());
+    for _ in 0..3 {
+        if starts_with_no(t) {
+            return true;
+        }
+        let Some(rest) = LEAD_INS.iter().find_map(|w| {
+            t.strip_prefix(w)
+                .filter(|r| !r.starts_with(|c: char| c.is_alphanumeric()))
+        }) else {
+            return false;
+        };
+        t = rest.trim_start_matches(|c: char| !c.is_alphanumeric());
+    }
+    false
+}
+
 /// Classifies the current message given the conversation so far.
 ///
 /// Rules, in order: imminent (current message or recent user turns) → 3;
@@ -428,10 +451,38 @@ pub fn classify_normalized(
     } else {
         None
     };
+    finish(r, history, message, &ctx, learned_gate)
+}
+
+/// The gate without and with the learned layer, reading the message once:
+/// the same two classifications as two [`classify_with`] calls (the rules'
+/// reading of the message and its history is shared), for evaluations that
+/// report both.
+pub fn classify_pair(history: &[Message], message: &str) -> (Classification, Classification) {
+    let message = Normalized::new(message);
+    let Ok(r) = rules() else {
+        let c = classify_normalized(history, &message, GateOptions { learned: false });
+        return (c.clone(), c);
+    };
+    let ctx = context(r, history, &message);
+    let without = finish(r, history, &message, &ctx, None);
+    let with = finish(r, history, &message, &ctx, LearnedGate::embedded().ok());
+    (without, with)
+}
+
+/// Everything after the reading of the message: the rules' ladder, the
+/// soft-absence check and the learned layer (when given).
+fn finish(
+    r: &Rules,
+    history: &[Message],
+    message: &Normalized,
+    ctx: &Context,
+    learned_gate: Option<&LearnedGate>,
+) -> Classification {
     let learned_cell: std::cell::OnceCell<Option<LearnedScore>> = std::cell::OnceCell::new();
     let learned =
         || *learned_cell.get_or_init(|| learned_gate.map(|g| g.score(&ctx.current.own_text)));
-    let mut c = classify_rules(&ctx, &learned);
+    let mut c = classify_rules(ctx, &learned);
     // Being away, said softly ("i won't be around next week"), is risk only
     // with risk beside it: when the message without that phrase holds no
     // risk at all (level 0, no construct) and nothing explicit came before, it is the safety question
@@ -690,7 +741,12 @@ fn classify_rules(ctx: &Context, learned: &dyn Fn() -> Option<LearnedScore>) -> 
         // anything anymore") is not a "no": it answers yes in other words.
         if risk_question && !denial {
             let rules_hopeless = a.risk.has(Family::Ambiguous) || a.raw.has(Family::HopelessAnswer);
-            let learned_hopeless = !rules_hopeless && learned().is_some_and(|s| s.level >= 1);
+            // An answer that opens with a "no" ("honestly no, just worn
+            // out") is the rules' to read as hopeless, never the learned
+            // layer's: its n-grams see the tiredness, not the answer.
+            let learned_hopeless = !rules_hopeless
+                && !answer_opens_with_no(ctx.current_text)
+                && learned().is_some_and(|s| s.level >= 1);
             if rules_hopeless || learned_hopeless {
                 families.push("answer:hopeless");
                 return out(

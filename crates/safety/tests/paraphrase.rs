@@ -15,6 +15,11 @@
 //!   constructs, the answers in five languages and the learned layer's
 //!   reading of long posts were developed against it (its README records
 //!   the before/after). A regression guard too.
+//! * `paraphrase_dev_4.jsonl` (423 cases) was written blind the same way for
+//!   round four (means at hand, goodbye preparations, vehicles waited for,
+//!   passive wishes, hopeless answers and their look-alikes). Its first
+//!   measure is in `docs/benchmarks.md`; the learned layer's unanchored
+//!   threshold and the round-four corpus were developed against it.
 
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, parse_cases};
 use opencouch_safety::{GateOptions, classify_with};
@@ -24,6 +29,7 @@ const FROZEN: &str = include_str!("data/paraphrase_frozen.jsonl");
 const FROZEN_SHA256: &str = "785fa06e40747f9b7be68e95c21a780ed2bfe739de9fa23590621c63320fba80";
 const DEV: &str = include_str!("data/paraphrase_dev.jsonl");
 const DEV_3: &str = include_str!("data/paraphrase_dev_3.jsonl");
+const DEV_4: &str = include_str!("data/paraphrase_dev_4.jsonl");
 /// The second frozen set (`paraphrase_frozen_2.md`): written before this
 /// round's tuning (the learned layer, the new constructs) by someone given
 /// only the level definitions and the kinds, never the rules.
@@ -152,6 +158,30 @@ fn the_third_development_set_keeps_its_floors() {
     assert!(share(&m[1], 1) >= 0.87, "ambiguous flagged: {:?}", m[1]);
     assert!(
         m[0][2] + m[0][3] <= 4,
+        "benign look-alikes escalated: {:?}",
+        m[0]
+    );
+}
+
+#[test]
+fn the_fourth_development_set_keeps_its_floors() {
+    let r = report(DEV_4);
+    println!("fourth development set:\n{}", r.render());
+    let m = &r.matrix;
+    let share = |row: &[usize; 4], from: usize| {
+        row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
+    };
+    assert_eq!(r.exact_total, 423);
+    // Regression floors: measured after round four, rounded down (its first
+    // measure, before any tuning: imminent at 3 0.36, imminent escalated
+    // 0.51, explicit escalated 0.69, ambiguous flagged 0.77, 7 look-alikes
+    // escalated).
+    assert!(share(&m[3], 3) >= 0.35, "imminent at 3: {:?}", m[3]);
+    assert!(share(&m[3], 2) >= 0.53, "imminent escalated: {:?}", m[3]);
+    assert!(share(&m[2], 2) >= 0.69, "explicit escalated: {:?}", m[2]);
+    assert!(share(&m[1], 1) >= 0.80, "ambiguous flagged: {:?}", m[1]);
+    assert!(
+        m[0][2] + m[0][3] <= 7,
         "benign look-alikes escalated: {:?}",
         m[0]
     );

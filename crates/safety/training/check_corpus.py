@@ -17,14 +17,8 @@ HERE = Path(__file__).resolve().parent
 LANGS = {"en", "es", "fr", "de", "pt", "it"}
 SOURCES = {"hand", "template", "long"}
 KEYS = ["id", "text", "level", "kind", "lang", "source"]
-LOOKALIKE_KINDS = {
-    "lookalike_transport", "lookalike_knife", "lookalike_medication",
-    "lookalike_dosage", "lookalike_place", "lookalike_idiom",
-    "lookalike_last_day", "lookalike_farewell", "lookalike_stress_relief",
-    "negation", "hypothetical", "advice_to_others", "supporting_friend",
-    "past_recovery", "fiction_media", "news_history", "medical_vet",
-    "video_game",
-}
+# The generator's list, so the two never disagree.
+from generate_corpus import LOOKALIKE_KINDS  # noqa: E402
 # Benign distress (data/distress_<lang>.txt, kinds distress_<topic>, level 0).
 DISTRESS_PREFIX = "distress_"
 DISTRESS_MIN_ROWS = 2500        # level-0 benign-distress rows

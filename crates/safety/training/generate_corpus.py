@@ -10,7 +10,7 @@ script and data/): the trainer and the safety crate's tests regenerate it.
 Python 3.11, standard library only, deterministic (fixed seed).
 
 The corpus combines three sources:
-  hand      hand-written sentences from data/hand_<lang>.txt and
+  hand      hand-written sentences from data/hand_<lang>.txt, data/hand_r4_<lang>.txt and
             data/distress_<lang>.txt (benign distress, level 0)
   template  (a) slot templates from data/templates_<lang>.json,
             (b) surface variants (lower case, no punctuation, typos, texting
@@ -70,6 +70,10 @@ LOOKALIKE_KINDS = {
     "negation", "hypothetical", "advice_to_others", "supporting_friend",
     "past_recovery", "fiction_media", "news_history", "medical_vet",
     "video_game",
+    # round four's hand-written look-alikes (data/hand_r4_<lang>.txt)
+    "benign_commute", "benign_heights_holiday", "benign_means_words",
+    "benign_finality_phrases", "benign_lookalike_misc", "idiom_hyperbole", "gaming",
+    "fiction_news_history", "advice_to_other", "denial", "song_quote_humor",
 }
 
 # Benign distress (data/distress_<lang>.txt): first-person distress about stress,
@@ -518,7 +522,8 @@ def build() -> list[dict]:
         abbrev = spec.get("abbrev", {})
         distress_rows = load_distress(lang)
         distress[lang] = distress_by_topic(distress_rows)
-        base = load_hand(lang) + template_rows(lang, spec, rng) + distress_rows
+        base = (load_hand(lang) + load_hand(lang, "hand_r4") + template_rows(lang, spec, rng)
+                + distress_rows)
         rows = []
         for r in base:
             rows.append(r)

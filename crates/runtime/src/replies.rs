@@ -32,14 +32,34 @@ pub struct ClosingReplies {
     pub end_session: String,
     /// The same on Telegram (its /end command).
     pub end_session_telegram: String,
+    /// The suggestion in other words, after a reply that already made it.
+    pub end_session_again: String,
+    /// The same on Telegram.
+    pub end_session_again_telegram: String,
 }
 
 impl ClosingReplies {
-    /// The suggestion to end the session, suited to `channel`.
-    pub fn end_session_for(&self, channel: opencouch_core::Channel) -> &str {
-        match channel {
-            opencouch_core::Channel::Telegram => &self.end_session_telegram,
-            _ => &self.end_session,
+    /// The suggestion to end the session, suited to `channel`, in other
+    /// words when `previous` (the reply just before) already holds it.
+    pub fn end_session_for(
+        &self,
+        channel: opencouch_core::Channel,
+        previous: Option<&str>,
+    ) -> &str {
+        let telegram = channel == opencouch_core::Channel::Telegram;
+        let first = if telegram {
+            &self.end_session_telegram
+        } else {
+            &self.end_session
+        };
+        if previous.is_some_and(|p| p.contains(first.as_str())) {
+            if telegram {
+                &self.end_session_again_telegram
+            } else {
+                &self.end_session_again
+            }
+        } else {
+            first
         }
     }
 }
@@ -129,6 +149,16 @@ mod tests {
         assert!(!r.memory.help.trim().is_empty());
         assert!(r.closing.end_session.contains("end the session"));
         assert!(r.closing.end_session_telegram.contains("/end"));
+        assert!(r.closing.end_session_again.contains("end this session"));
+        assert!(r.closing.end_session_again_telegram.contains("/end"));
+        let web = opencouch_core::Channel::Web;
+        let first = r.closing.end_session_for(web, None);
+        assert_eq!(first, r.closing.end_session);
+        let previous = format!("Goodnight. {first}");
+        assert_eq!(
+            r.closing.end_session_for(web, Some(&previous)),
+            r.closing.end_session_again
+        );
         assert!(!r.recovery.next_steps.is_empty());
         assert!(r.recovery.next_steps.iter().all(|s| s.contains('?')));
     }

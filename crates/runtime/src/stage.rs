@@ -235,7 +235,7 @@ pub(crate) fn deterministic_therapeutic(
         // A goodbye: a warm close, and the suggestion to end the session.
         let end = crate::replies::replies()
             .closing
-            .end_session_for(si.input.channel);
+            .end_session_for(si.input.channel, previous);
         text.push(' ');
         text.push_str(end);
     } else if let Some(offer) = exercise_offer(si, previous) {

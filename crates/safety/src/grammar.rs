@@ -873,6 +873,7 @@ const PLACES: Tags = Tags::of(&[
 /// "cut") are not anchors: "i can't take these lockdowns anymore" names no
 /// act.
 const ANCHORS: Tags = Tags::of(&[
+    Tag::FinalPrep,
     Tag::ActHang,
     Tag::ActShoot,
     Tag::ActEnd,
@@ -935,6 +936,10 @@ const SENTENCE_COMPANIONS: Tags = Tags::of(&[
     Tag::Release,
 ]);
 
+/// At most this many sentences make a short message for
+/// [`GrammarReport::learned_anchor`].
+const SHORT_MESSAGE_SENTENCES: usize = 4;
+
 /// Whether the speaker's clauses anchor risk strongly enough for the
 /// learned layer to say 2 (see [`GrammarReport::learned_anchor`]): one
 /// clause with a strong anchor, or a clause with a means, a lethal place or
@@ -981,6 +986,11 @@ fn learned_anchor(clauses: &[Clause], sentences: &[Sentence]) -> bool {
     // Sentences holding an anchor (bit per sentence; later ones share the
     // last bit, which can only make a long post more anchored).
     let bit = |s: usize| 1u64 << s.min(63);
+    // In a short message (a few sentences, as a chat message is) a moment
+    // or an intent in the next sentence belongs to the means as much as in
+    // its own: "tramadol and his sleeping pills, all in a pile. tonight."
+    let short = sentences.len() <= SHORT_MESSAGE_SENTENCES
+        && sentences.iter().map(|s| s.len).sum::<usize>() <= SHORT_SENTENCE * 2;
     let anchored_sentences = own()
         .filter(|(_, t)| t.any(ANCHORS))
         .fold(0u64, |acc, (s, _)| acc | bit(s));
@@ -989,7 +999,7 @@ fn learned_anchor(clauses: &[Clause], sentences: &[Sentence]) -> bool {
             || (t.has(Tag::ActIngest)
                 && t.has(Tag::PastForm)
                 && (!t.has(Tag::Perfect) || t.has(Tag::TimeDone)))
-            || (t.any(SENTENCE_COMPANIONS) && anchored_sentences & bit(s) != 0)
+            || (t.any(SENTENCE_COMPANIONS) && (short || anchored_sentences & bit(s) != 0))
     })
 }
 
@@ -1556,6 +1566,7 @@ mod tests {
             "i have the pills in my hand",
             "on the roof of my building. nobody knows i am up here",
             "the pills are in me now, feel sleepy",
+            "the sleeping pills are in the drawer. tonight.",
         ] {
             assert!(anchored(m), "{m:?} should anchor");
         }

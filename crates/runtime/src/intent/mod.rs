@@ -366,10 +366,17 @@ impl IntentDecision {
 }
 
 /// A message sent while an exercise waits on `step` (when known): the
-/// exercise phrase rules (stop, side request, clarifying question, resume;
+/// exercise phrase rules (a reply with no letter or digit; stop, side
+/// request, clarifying question, resume;
 /// then the step classifier's stop and stuck cues), then the learned layer.
 pub fn decide_exercise(message: &str, step: Option<&opencouch_exercises::Step>) -> IntentDecision {
     use opencouch_exercises::ActiveAction;
+    // A reply with no letter or digit (a lone emoji, "...", "?!") names
+    // nothing and asks for nothing: the step is asked again, as the step
+    // assessment does with it.
+    if !message.trim().is_empty() && !message.chars().any(char::is_alphanumeric) {
+        return IntentDecision::rules(Intent::ExerciseNotAnAnswer);
+    }
     match opencouch_exercises::active_action(message) {
         ActiveAction::Clear => return IntentDecision::rules(Intent::ExerciseStop),
         ActiveAction::SideRequest(_) | ActiveAction::Preserve => {
@@ -438,6 +445,23 @@ pub fn decide_chat(message: &str, last_assistant: Option<&str>) -> IntentDecisio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_without_letters_or_digits_is_not_an_answer() {
+        for m in ["👍", "...", "?!", "🤔 🤔", "😅"] {
+            let d = decide_exercise(m, None);
+            assert_eq!(d.intent, Intent::ExerciseNotAnAnswer, "{m:?}");
+            assert_eq!(d.layer, IntentLayerKind::Rules, "{m:?}");
+        }
+        // A number or a word is for the step to read.
+        for m in ["3", "a lamp 💡"] {
+            assert_ne!(
+                decide_exercise(m, None).layer,
+                IntentLayerKind::Rules,
+                "{m:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_embedded_layer_loads_with_every_head() {

@@ -190,6 +190,7 @@ tags! {
     FarewellWeak = "farewell_weak",
     Approach = "approach",
     PlaceFinal = "place_final",
+    Deliberate = "deliberate",
 }
 
 /// A set of tags (bitmask).

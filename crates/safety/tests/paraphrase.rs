@@ -7,6 +7,10 @@
 //!   the learned layer was trained; pinned and measured the same way.
 //! * `paraphrase_frozen_3.jsonl` (398 cases) was written after round three
 //!   was tuned, the same way; pinned and measured only.
+//! * `paraphrase_frozen_4.jsonl` (360 cases) was written during round four
+//!   by a helper that never saw the rules or this round's changes, and first
+//!   read by the gate after round four's last change; pinned and measured
+//!   only.
 //! * `paraphrase_dev.jsonl` was written by a second author who had not read
 //!   the rules either, and the grammar *was* developed against it. Its floors
 //!   below are a regression guard, not evidence of generalisation.
@@ -39,6 +43,10 @@ const FROZEN_2: &str = include_str!("data/paraphrase_frozen_2.jsonl");
 /// kinds; it measures how far that round generalizes.
 const FROZEN_3: &str = include_str!("data/paraphrase_frozen_3.jsonl");
 const FROZEN_3_SHA256: &str = "03619da4c2e1d8b5fd18206f10285214a35b128d35695c3fa129ecf6077e30b5";
+/// The fourth frozen set (`paraphrase_frozen_4.md`), measured once round
+/// four was finished.
+const FROZEN_4: &str = include_str!("data/paraphrase_frozen_4.jsonl");
+const FROZEN_4_SHA256: &str = "07024a14cbd0ea6ca9868fe7f79798a97c8c6f8df1e98b4eca3bacfb914bf8fa";
 const FROZEN_2_SHA256: &str = "b2d4e3ff6f0e01883b665933ea56851e13a1d3625f3aabb559202b782c5a0600";
 
 fn report(input: &str) -> EvalReport {
@@ -121,6 +129,17 @@ fn the_third_frozen_set_is_unchanged_and_measured() {
 }
 
 #[test]
+fn the_fourth_frozen_set_is_unchanged_and_measured() {
+    measure_frozen(
+        "fourth frozen set",
+        "paraphrase_frozen_4.jsonl",
+        FROZEN_4,
+        FROZEN_4_SHA256,
+        360,
+    );
+}
+
+#[test]
 fn the_development_set_keeps_its_floors() {
     let r = report(DEV);
     println!("development paraphrase set:\n{}", r.render());
@@ -176,9 +195,9 @@ fn the_fourth_development_set_keeps_its_floors() {
     // measure, before any tuning: imminent at 3 0.36, imminent escalated
     // 0.51, explicit escalated 0.69, ambiguous flagged 0.77, 7 look-alikes
     // escalated).
-    assert!(share(&m[3], 3) >= 0.35, "imminent at 3: {:?}", m[3]);
-    assert!(share(&m[3], 2) >= 0.53, "imminent escalated: {:?}", m[3]);
-    assert!(share(&m[2], 2) >= 0.69, "explicit escalated: {:?}", m[2]);
+    assert!(share(&m[3], 3) >= 0.45, "imminent at 3: {:?}", m[3]);
+    assert!(share(&m[3], 2) >= 0.64, "imminent escalated: {:?}", m[3]);
+    assert!(share(&m[2], 2) >= 0.86, "explicit escalated: {:?}", m[2]);
     assert!(share(&m[1], 1) >= 0.80, "ambiguous flagged: {:?}", m[1]);
     assert!(
         m[0][2] + m[0][3] <= 7,

@@ -140,9 +140,9 @@ pub fn parse_command(message: &str, pending: Option<&PendingAction>) -> Option<M
         });
     }
     if let Some(rest) = strip_prefix_any(body, &c.forget_prefixes) {
-        // "forget this/that/it" refers to the current turn, not a saved item.
-        if meaningful_set(rest).is_empty() || matches!(rest, "this" | "that" | "it" | "what i said")
-        {
+        // "forget this/that/it" ("vergiss es", "oublie ça") refers to the
+        // current turn, not a saved item.
+        if meaningful_set(rest).is_empty() || c.forget_current_turn.iter().any(|w| w == rest) {
             return None;
         }
         return Some(MemoryAction::ForgetByQuery {

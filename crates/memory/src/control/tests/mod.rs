@@ -931,3 +931,32 @@ async fn a_fact_in_another_language_is_confirmed_as_written() {
     assert!(o.side_effect);
     assert_eq!(o.reply, "I'll remember: \"me operan el lunes\".");
 }
+
+#[test]
+fn forget_requests_in_five_other_languages_name_what_to_forget() {
+    for (message, query) in [
+        ("olvida lo de mi trabajo", "mi trabajo"),
+        ("oublie ce que tu sais sur mon ex", "mon ex"),
+        ("vergiss das mit meiner krankheit", "meiner krankheit"),
+        ("apaga o nome da minha irmã", "o nome da minha irmã"),
+        ("dimentica il mio indirizzo", "il mio indirizzo"),
+    ] {
+        assert_eq!(
+            parse_command(message, None),
+            Some(MemoryAction::ForgetByQuery {
+                query: query.into()
+            }),
+            "{message:?}"
+        );
+    }
+    // "Never mind" in those languages is not a request to delete anything.
+    for message in [
+        "vergiss es",
+        "oublie ça",
+        "esquece isso",
+        "olvida eso",
+        "dimentica quello",
+    ] {
+        assert_eq!(parse_command(message, None), None, "{message:?}");
+    }
+}

@@ -105,3 +105,17 @@ fn case_ids_are_unique_and_every_level_is_covered() {
         "levels covered: {per_level:?}"
     );
 }
+
+/// `classify_pair` (one reading, both passes, as `opencouch eval crisis`
+/// uses it) gives exactly what two `classify_with` calls give.
+#[test]
+fn the_pair_equals_two_single_classifications() {
+    let cases = parse_cases(DataFormat::Jsonl, CASES).expect("case table parses");
+    for case in &cases {
+        let (without, with) = opencouch_safety::classify_pair(&case.history, &case.message);
+        let alone = classify_with(&case.history, &case.message, GateOptions { learned: false });
+        let full = classify_with(&case.history, &case.message, GateOptions::default());
+        assert_eq!(without, alone, "{}: without the learned layer", case.id);
+        assert_eq!(with, full, "{}: with the learned layer", case.id);
+    }
+}

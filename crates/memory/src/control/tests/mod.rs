@@ -960,3 +960,27 @@ fn forget_requests_in_five_other_languages_name_what_to_forget() {
         assert_eq!(parse_command(message, None), None, "{message:?}");
     }
 }
+
+#[test]
+fn forget_requests_with_other_verbs_name_what_to_forget() {
+    for (message, query) in [
+        ("delete my ex's name", "my ex's name"),
+        ("erase what you know about my job", "my job"),
+        (
+            "please wipe the stuff about my mum",
+            "the stuff about my mum",
+        ),
+        ("i want you to forget my address", "my address"),
+        ("un-remember my ex's name please", "my ex's name please"),
+        ("remove the note about my diagnosis", "my diagnosis"),
+    ] {
+        assert_eq!(
+            parse_command(message, None),
+            Some(MemoryAction::ForgetByQuery {
+                query: query.into()
+            }),
+            "{message:?}"
+        );
+    }
+    assert_eq!(parse_command("delete that", None), None);
+}

@@ -543,6 +543,46 @@ pub fn parse_save(message: &str) -> Option<MemoryAction> {
     sentences(message)
         .into_iter()
         .find_map(|(s, q)| parse_save_sentence(s, q))
+        .or_else(|| parse_save_tail(message))
+}
+
+/// The fact first and the request after it, as its own sentence or after a
+/// comma or a dash: "my dog is called Biscuit, remember that", "I'm
+/// transgender and use he/him - can you remember that about me?". The
+/// words before the request are saved when they open like a statement
+/// about the person ("I …", "my …").
+fn parse_save_tail(message: &str) -> Option<MemoryAction> {
+    let c = &lexicon().control;
+    let f = Folded::new(message);
+    // "i cried at the wedding, remember that?" asks; "… can you remember
+    // that?" requests.
+    let question = f.folded.trim_end().ends_with('?');
+    let t = f
+        .folded
+        .trim_end_matches(['.', '!', '?', ' ', '🙏'])
+        .trim_end();
+    for sep in [". ", "! ", "? ", ", ", " - ", " – ", " — ", "; "] {
+        let Some(at) = t.rfind(sep) else {
+            continue;
+        };
+        let tail = t[at + sep.len()..].trim();
+        let (tail, asked) = strip_fillers(tail, &c.request_fillers, &c.request_askers);
+        let tail = tail.strip_suffix(" please").unwrap_or(tail).trim();
+        if !c.save_tails.iter().any(|w| w == tail) {
+            continue;
+        }
+        if question && !asked {
+            return None;
+        }
+        let body = t[..at].trim().trim_end_matches(['.', '!', ',', ' ']);
+        if body.is_empty() || !first_is(body, &c.save_bare_starts) {
+            return None;
+        }
+        return Some(MemoryAction::SaveFact {
+            fact_text: f.original_of_segment(body),
+        });
+    }
+    None
 }
 
 /// A question about what is saved: the whole list ("what is saved in

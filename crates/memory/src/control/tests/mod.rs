@@ -984,3 +984,41 @@ fn forget_requests_with_other_verbs_name_what_to_forget() {
     }
     assert_eq!(parse_command("delete that", None), None);
 }
+
+#[test]
+fn a_fact_told_first_and_the_request_after_it_is_saved() {
+    for (message, fact) in [
+        (
+            "my dog is called Biscuit, remember that",
+            "my dog is called Biscuit",
+        ),
+        (
+            "I'm transgender and use he/him - can you remember that about me?",
+            "I'm transgender and use he/him",
+        ),
+        (
+            "I work night shifts. Please keep that in mind.",
+            "I work night shifts",
+        ),
+        (
+            "can you keep it saved that i struggle with insomnia",
+            "i struggle with insomnia",
+        ),
+    ] {
+        assert_eq!(
+            parse_command(message, None),
+            Some(MemoryAction::SaveFact {
+                fact_text: fact.into()
+            }),
+            "{message:?}"
+        );
+    }
+    // A question about a shared memory, and words that are not about the
+    // person, are not requests.
+    for message in [
+        "i cried at the wedding, remember that?",
+        "the weather was awful, remember that",
+    ] {
+        assert_eq!(parse_command(message, None), None, "{message:?}");
+    }
+}

@@ -139,69 +139,102 @@ fn the_fourth_frozen_set_is_unchanged_and_measured() {
     );
 }
 
-#[test]
-fn the_development_set_keeps_its_floors() {
-    let r = report(DEV);
-    println!("development paraphrase set:\n{}", r.render());
+/// A development set's regression floors: the shares of imminent messages
+/// at 3 and at 2 or more, of explicit ones at 2 or more and of ambiguous
+/// ones flagged, and the most level-0 messages allowed at 2 or more.
+struct Floors {
+    imminent_at_3: f64,
+    imminent_escalated: f64,
+    explicit_escalated: f64,
+    ambiguous_flagged: f64,
+    benign_escalated_max: usize,
+}
+
+fn keeps_floors(name: &str, text: &str, floors: &Floors) -> EvalReport {
+    let r = report(text);
+    println!("{name}:\n{}", r.render());
     let m = &r.matrix;
     let share = |row: &[usize; 4], from: usize| {
         row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
     };
-    // Regression floors (measured values at the time of writing, rounded down).
-    assert!(share(&m[3], 3) >= 0.70, "imminent at 3: {:?}", m[3]);
-    assert!(share(&m[3], 2) >= 0.72, "imminent escalated: {:?}", m[3]);
-    assert!(share(&m[2], 2) >= 0.82, "explicit escalated: {:?}", m[2]);
-    assert!(share(&m[1], 1) >= 0.85, "ambiguous flagged: {:?}", m[1]);
-    assert_eq!(
-        m[0][2] + m[0][3],
-        0,
+    assert!(
+        share(&m[3], 3) >= floors.imminent_at_3,
+        "imminent at 3: {:?}",
+        m[3]
+    );
+    assert!(
+        share(&m[3], 2) >= floors.imminent_escalated,
+        "imminent escalated: {:?}",
+        m[3]
+    );
+    assert!(
+        share(&m[2], 2) >= floors.explicit_escalated,
+        "explicit escalated: {:?}",
+        m[2]
+    );
+    assert!(
+        share(&m[1], 1) >= floors.ambiguous_flagged,
+        "ambiguous flagged: {:?}",
+        m[1]
+    );
+    assert!(
+        m[0][2] + m[0][3] <= floors.benign_escalated_max,
         "benign look-alikes escalated: {:?}",
         m[0]
+    );
+    r
+}
+
+#[test]
+fn the_development_set_keeps_its_floors() {
+    // Regression floors (measured values at the time of writing, rounded down).
+    keeps_floors(
+        "development paraphrase set",
+        DEV,
+        &Floors {
+            imminent_at_3: 0.70,
+            imminent_escalated: 0.72,
+            explicit_escalated: 0.82,
+            ambiguous_flagged: 0.85,
+            benign_escalated_max: 0,
+        },
     );
 }
 
 #[test]
 fn the_third_development_set_keeps_its_floors() {
-    let r = report(DEV_3);
-    println!("third development set:\n{}", r.render());
-    let m = &r.matrix;
-    let share = |row: &[usize; 4], from: usize| {
-        row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
-    };
     // Regression floors: measured after round three, rounded down (before
     // it: imminent at 3 0.42, imminent escalated 0.64, explicit escalated
     // 0.67, ambiguous flagged 0.69).
-    assert!(share(&m[3], 3) >= 0.67, "imminent at 3: {:?}", m[3]);
-    assert!(share(&m[3], 2) >= 0.88, "imminent escalated: {:?}", m[3]);
-    assert!(share(&m[2], 2) >= 0.92, "explicit escalated: {:?}", m[2]);
-    assert!(share(&m[1], 1) >= 0.87, "ambiguous flagged: {:?}", m[1]);
-    assert!(
-        m[0][2] + m[0][3] <= 4,
-        "benign look-alikes escalated: {:?}",
-        m[0]
+    keeps_floors(
+        "third development set",
+        DEV_3,
+        &Floors {
+            imminent_at_3: 0.67,
+            imminent_escalated: 0.88,
+            explicit_escalated: 0.92,
+            ambiguous_flagged: 0.87,
+            benign_escalated_max: 4,
+        },
     );
 }
 
 #[test]
 fn the_fourth_development_set_keeps_its_floors() {
-    let r = report(DEV_4);
-    println!("fourth development set:\n{}", r.render());
-    let m = &r.matrix;
-    let share = |row: &[usize; 4], from: usize| {
-        row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
-    };
-    assert_eq!(r.exact_total, 423);
     // Regression floors: measured after round four, rounded down (its first
     // measure, before any tuning: imminent at 3 0.36, imminent escalated
     // 0.51, explicit escalated 0.69, ambiguous flagged 0.77, 7 look-alikes
     // escalated).
-    assert!(share(&m[3], 3) >= 0.45, "imminent at 3: {:?}", m[3]);
-    assert!(share(&m[3], 2) >= 0.64, "imminent escalated: {:?}", m[3]);
-    assert!(share(&m[2], 2) >= 0.86, "explicit escalated: {:?}", m[2]);
-    assert!(share(&m[1], 1) >= 0.80, "ambiguous flagged: {:?}", m[1]);
-    assert!(
-        m[0][2] + m[0][3] <= 7,
-        "benign look-alikes escalated: {:?}",
-        m[0]
+    let r = keeps_floors(
+        "fourth development set",
+        DEV_4,
+        &Floors {
+            imminent_at_3: 0.45,
+            imminent_escalated: 0.64,
+            explicit_escalated: 0.86,
+            ambiguous_flagged: 0.80,
+            benign_escalated_max: 7,
+        },
     );
+    assert_eq!(r.exact_total, 423);
 }

@@ -932,6 +932,17 @@ async fn a_fact_in_another_language_is_confirmed_as_written() {
     assert_eq!(o.reply, "I'll remember: \"me operan el lunes\".");
 }
 
+/// `message` parses as a request to forget `query`.
+fn assert_forgets(message: &str, query: &str) {
+    assert_eq!(
+        parse_command(message, None),
+        Some(MemoryAction::ForgetByQuery {
+            query: query.into()
+        }),
+        "{message:?}"
+    );
+}
+
 #[test]
 fn forget_requests_in_five_other_languages_name_what_to_forget() {
     for (message, query) in [
@@ -941,13 +952,7 @@ fn forget_requests_in_five_other_languages_name_what_to_forget() {
         ("apaga o nome da minha irmã", "o nome da minha irmã"),
         ("dimentica il mio indirizzo", "il mio indirizzo"),
     ] {
-        assert_eq!(
-            parse_command(message, None),
-            Some(MemoryAction::ForgetByQuery {
-                query: query.into()
-            }),
-            "{message:?}"
-        );
+        assert_forgets(message, query);
     }
     // "Never mind" in those languages is not a request to delete anything.
     for message in [
@@ -974,13 +979,7 @@ fn forget_requests_with_other_verbs_name_what_to_forget() {
         ("un-remember my ex's name please", "my ex's name please"),
         ("remove the note about my diagnosis", "my diagnosis"),
     ] {
-        assert_eq!(
-            parse_command(message, None),
-            Some(MemoryAction::ForgetByQuery {
-                query: query.into()
-            }),
-            "{message:?}"
-        );
+        assert_forgets(message, query);
     }
     assert_eq!(parse_command("delete that", None), None);
 }

@@ -191,6 +191,7 @@ tags! {
     Approach = "approach",
     PlaceFinal = "place_final",
     Deliberate = "deliberate",
+    LifeAdmin = "life_admin",
 }
 
 /// A set of tags (bitmask).

@@ -415,11 +415,21 @@ impl Rules {
         let bytes = text.as_bytes();
         let mut spans: Vec<(usize, usize)> = Vec::new();
         for re in &self.strip_res {
-            spans.extend(
-                re.find_iter(bytes)
-                    .filter(|m| !m.is_empty())
-                    .map(|m| (m.start(), m.end())),
-            );
+            // Overlapping matches too: a family's patterns are one
+            // alternation, and a match that starts inside an earlier one
+            // ("no, i'm not" then "not suicidal") must not be skipped, or
+            // the rest of it ("suicidal") would be left for the risk
+            // families to read.
+            let mut pos = 0;
+            while let Some(m) = re.find_at(bytes, pos) {
+                if !m.is_empty() {
+                    spans.push((m.start(), m.end()));
+                }
+                pos = m.start() + 1;
+                if pos > bytes.len() {
+                    break;
+                }
+            }
         }
         if spans.is_empty() {
             return text.to_owned();

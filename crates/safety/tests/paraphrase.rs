@@ -34,6 +34,7 @@ const FROZEN_SHA256: &str = "785fa06e40747f9b7be68e95c21a780ed2bfe739de9fa235906
 const DEV: &str = include_str!("data/paraphrase_dev.jsonl");
 const DEV_3: &str = include_str!("data/paraphrase_dev_3.jsonl");
 const DEV_4: &str = include_str!("data/paraphrase_dev_4.jsonl");
+const DEV_5: &str = include_str!("data/paraphrase_dev_5.jsonl");
 /// The second frozen set (`paraphrase_frozen_2.md`): written before this
 /// round's tuning (the learned layer, the new constructs) by someone given
 /// only the level definitions and the kinds, never the rules.
@@ -237,4 +238,25 @@ fn the_fourth_development_set_keeps_its_floors() {
         },
     );
     assert_eq!(r.exact_total, 423);
+}
+
+#[test]
+fn the_fifth_development_set_keeps_its_floors() {
+    // Regression floors: measured after round six's rules, rounded down
+    // (its first measure, before any tuning: imminent at 3 0.24, imminent
+    // escalated 0.31, explicit escalated 0.45, ambiguous flagged 0.57, 27
+    // look-alikes escalated; 17 answers were given their safety question
+    // after that first measure).
+    let r = keeps_floors(
+        "fifth development set",
+        DEV_5,
+        &Floors {
+            imminent_at_3: 0.29,
+            imminent_escalated: 0.36,
+            explicit_escalated: 0.69,
+            ambiguous_flagged: 0.57,
+            benign_escalated_max: 14,
+        },
+    );
+    assert_eq!(r.exact_total, 1358);
 }

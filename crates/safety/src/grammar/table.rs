@@ -909,7 +909,7 @@ mod tests {
             RuleTableError::MissingConstruct("method_question")
         );
         assert!(matches!(
-            edited("guard = [\"own\", \"!question\", \"live:final_prep\"]", "guard = [\"owm\"]")
+            edited("guard = [\"own\", \"!question\", \"live:final_prep|life_admin\"]", "guard = [\"owm\"]")
                 .unwrap_err(),
             RuleTableError::UnknownFlag { flag, .. } if flag == "owm"
         ));

@@ -167,6 +167,13 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
                 d.route = TriageRoute::GroundedLookup;
                 d.active_flow_action = FlowAction::Preserve;
             }
+            // A question that shows the person is lost in the step goes to
+            // the exercise turn, which reads it as stuck and offers an
+            // easier way in; other clarifying questions keep the step.
+            ActiveAction::Preserve if intent::confused_by_step(message).is_some() => {
+                d.route = TriageRoute::GuidedExercise;
+                d.active_flow_action = FlowAction::Continue;
+            }
             ActiveAction::Preserve => {
                 d.route = TriageRoute::GuidedExercise;
                 d.active_flow_action = FlowAction::Preserve;

@@ -365,6 +365,23 @@ impl IntentDecision {
     }
 }
 
+/// The learned layer's probability at or above which a clarifying question
+/// that it reads as being lost in the step ("i'm confused, what do you
+/// mean by evidence", "what am i supposed to say here") is handled as
+/// stuck (an easier way into the step) rather than as a side question
+/// (answered, the step unchanged). Well above the exit threshold: an
+/// ordinary side question ("should I close my eyes?") stays one.
+pub const CONFUSED_BY_STEP: f32 = 0.9;
+
+/// A clarifying question read, with high confidence, as the person being
+/// lost in the step (see [`CONFUSED_BY_STEP`]).
+pub fn confused_by_step(message: &str) -> Option<IntentScore> {
+    IntentLayer::embedded()
+        .ok()
+        .map(|l| l.classify(IntentContext::Exercise, message))
+        .filter(|s| s.intent == Intent::ExerciseStuck && s.confidence >= CONFUSED_BY_STEP)
+}
+
 /// A message sent while an exercise waits on `step` (when known): the
 /// exercise phrase rules (a reply with no letter or digit; stop, side
 /// request, clarifying question, resume;
@@ -379,7 +396,17 @@ pub fn decide_exercise(message: &str, step: Option<&opencouch_exercises::Step>) 
     }
     match opencouch_exercises::active_action(message) {
         ActiveAction::Clear => return IntentDecision::rules(Intent::ExerciseStop),
-        ActiveAction::SideRequest(_) | ActiveAction::Preserve => {
+        ActiveAction::Preserve => {
+            if let Some(s) = confused_by_step(message) {
+                return IntentDecision {
+                    intent: s.intent,
+                    layer: IntentLayerKind::Learned,
+                    confidence: Some(s.confidence),
+                };
+            }
+            return IntentDecision::rules(Intent::ExerciseSideQuestion);
+        }
+        ActiveAction::SideRequest(_) => {
             return IntentDecision::rules(Intent::ExerciseSideQuestion);
         }
         ActiveAction::Resume => return IntentDecision::rules(Intent::ExerciseContinue),
@@ -460,6 +487,30 @@ mod tests {
                 IntentLayerKind::Rules,
                 "{m:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_question_that_shows_the_person_is_lost_in_the_step_is_stuck() {
+        // The rules read every clarifying question as a side question; the
+        // layer's confident "stuck" wins for the ones about being lost.
+        for m in [
+            "i'm confused, what do you mean by evidence",
+            "can you explain that step again, i'm lost",
+        ] {
+            let d = decide_exercise(m, None);
+            assert_eq!(d.intent, Intent::ExerciseStuck, "{m:?}");
+            assert_eq!(d.layer, IntentLayerKind::Learned, "{m:?}");
+            assert!(confused_by_step(m).is_some(), "{m:?}");
+        }
+        // An ordinary question about the exercise stays a side question.
+        for m in [
+            "should i close my eyes?",
+            "do i breathe through my nose or my mouth?",
+        ] {
+            let d = decide_exercise(m, None);
+            assert_eq!(d.intent, Intent::ExerciseSideQuestion, "{m:?}");
+            assert!(confused_by_step(m).is_none(), "{m:?}");
         }
     }
 

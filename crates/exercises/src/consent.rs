@@ -231,6 +231,17 @@ impl ActiveAction {
     }
 }
 
+/// Whether a message sent while an exercise is active asks to pause it and
+/// come back: a stop or resume phrase together with a return ("can we stop
+/// here for now and carry on tomorrow", "i need a short break, can we
+/// continue the exercise after"). The runtime keeps the exercise for later
+/// instead of ending it.
+pub fn asks_to_come_back(message: &str) -> bool {
+    let p = Phrases::builtin();
+    let text = p.text(message);
+    (p.exit.matches(&text) || p.resume.matches(&text)) && p.come_back.matches(&text)
+}
+
 /// Classifies a message sent while an exercise is active.
 pub fn active_action(message: &str) -> ActiveAction {
     let p = Phrases::builtin();
@@ -462,5 +473,25 @@ mod tests {
         assert!(side.keeps_exercise());
         assert_eq!(Resume.flow_action(), FlowAction::Resume);
         assert_eq!(Continue.side_route(), None);
+    }
+
+    #[test]
+    fn a_stop_or_resume_with_a_return_is_a_pause() {
+        for m in [
+            "Could we stop here for now and carry on tomorrow from the same step?",
+            "I need a short break, can we continue the exercise after?",
+            "let's stop here and pick it up later today",
+        ] {
+            assert!(asks_to_come_back(m), "{m:?}");
+        }
+        for m in [
+            "stop",
+            "lets stop here, thanks",
+            "can we stop the exercise? maybe later",
+            "tomorrow i have an exam",
+            "continue",
+        ] {
+            assert!(!asks_to_come_back(m), "{m:?}");
+        }
     }
 }

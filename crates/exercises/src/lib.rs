@@ -37,7 +37,8 @@ pub use classify::{
     classify_step_with_history, count_items, is_blank, items_found, items_remaining,
 };
 pub use consent::{
-    ActiveAction, SideRequest, StartBasis, StartDecision, active_action, detect_start,
+    ActiveAction, SideRequest, StartBasis, StartDecision, active_action, asks_to_come_back,
+    detect_start,
 };
 pub use model::{
     ClassifiedOutcome, REPLY_END, REPLY_START, StepClassification, step_classifier_prompt,

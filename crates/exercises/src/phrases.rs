@@ -52,6 +52,7 @@ struct RawPhrases {
     side_lookup: RawPhraseSet,
     preserve: RawPhraseSet,
     resume: RawPhraseSet,
+    come_back: RawPhraseSet,
     stuck: RawPhraseSet,
     hold: RawPhraseSet,
     confirm: RawPhraseSet,
@@ -88,6 +89,7 @@ pub(crate) struct Phrases {
     pub(crate) side_lookup: PhraseSet,
     pub(crate) preserve: PhraseSet,
     pub(crate) resume: PhraseSet,
+    pub(crate) come_back: PhraseSet,
     pub(crate) stuck: PhraseSet,
     pub(crate) hold: PhraseSet,
     pub(crate) confirm: PhraseSet,
@@ -163,6 +165,7 @@ impl Phrases {
             side_lookup: set("side_lookup", &raw.side_lookup)?,
             preserve: set("preserve", &raw.preserve)?,
             resume: set("resume", &raw.resume)?,
+            come_back: set("come_back", &raw.come_back)?,
             stuck: set("stuck", &raw.stuck)?,
             hold: set("hold", &raw.hold)?,
             confirm: set("confirm", &raw.confirm)?,
@@ -207,6 +210,7 @@ mod tests {
             &p.hold,
             &p.confirm,
             &p.resume,
+            &p.come_back,
             &p.preserve,
         ] {
             assert!(set.all().count() > 0);

@@ -319,7 +319,9 @@ async fn continue_step(
                 // layer refines a hold ("ok" counted as an item) or an
                 // unsure verdict, never a confident answer.
                 .filter(|_| !assessment.confident || assessment.outcome == StepOutcome::Hold);
-            if learned == Some(Intent::ExercisePause) {
+            let paused_by_rule =
+                reading.layer == IntentLayerKind::Rules && reading.intent == Intent::ExercisePause;
+            if paused_by_rule || learned == Some(Intent::ExercisePause) {
                 return outcome(pause_line(exercise), ExerciseUpdate::Keep, approach, diag);
             }
             // A non-answer, a cry for help with the step or a side remark is

@@ -154,6 +154,13 @@ pub fn deterministic(ctx: TriageContext<'_>, message: &str) -> TriageDecision {
     }
     if ctx.exercise_active {
         use opencouch_exercises::{ActiveAction, SideRequest};
+        // A stop or a resume with a return ("stop here for now, carry on
+        // tomorrow") goes to the exercise turn, which pauses the exercise.
+        if opencouch_exercises::asks_to_come_back(message) {
+            d.route = TriageRoute::GuidedExercise;
+            d.active_flow_action = FlowAction::Continue;
+            return d;
+        }
         match opencouch_exercises::active_action(message) {
             ActiveAction::Clear => {
                 d.route = TriageRoute::GuidedExercise;

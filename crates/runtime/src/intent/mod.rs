@@ -383,8 +383,8 @@ pub fn confused_by_step(message: &str) -> Option<IntentScore> {
 }
 
 /// A message sent while an exercise waits on `step` (when known): the
-/// exercise phrase rules (a reply with no letter or digit; stop, side
-/// request, clarifying question, resume;
+/// exercise phrase rules (a reply with no letter or digit; a pause with a
+/// return; stop, side request, clarifying question, resume;
 /// then the step classifier's stop and stuck cues), then the learned layer.
 pub fn decide_exercise(message: &str, step: Option<&opencouch_exercises::Step>) -> IntentDecision {
     use opencouch_exercises::ActiveAction;
@@ -393,6 +393,11 @@ pub fn decide_exercise(message: &str, step: Option<&opencouch_exercises::Step>) 
     // assessment does with it.
     if !message.trim().is_empty() && !message.chars().any(char::is_alphanumeric) {
         return IntentDecision::rules(Intent::ExerciseNotAnAnswer);
+    }
+    // A stop or a resume with a return ("stop here for now and carry on
+    // tomorrow") pauses.
+    if opencouch_exercises::asks_to_come_back(message) {
+        return IntentDecision::rules(Intent::ExercisePause);
     }
     match opencouch_exercises::active_action(message) {
         ActiveAction::Clear => return IntentDecision::rules(Intent::ExerciseStop),

@@ -137,9 +137,23 @@ fn is_word_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'\'' || b >= 0x80
 }
 
-/// Lowercases and folds typographic apostrophes to ASCII.
+/// Lowercases, folds typographic apostrophes to ASCII, and turns the
+/// opening marks of Spanish and the quotation marks of other languages into
+/// spaces, one per byte so that lengths stay as they were (they are not
+/// ASCII, so phrase matching read "¿guardas" as one word).
 pub(crate) fn fold(text: &str) -> String {
-    text.to_lowercase().replace(['\u{2019}', '\u{2018}'], "'")
+    let lower = text.to_lowercase();
+    let mut out = String::with_capacity(lower.len());
+    for c in lower.chars() {
+        match c {
+            '\u{2019}' | '\u{2018}' => out.push('\''),
+            '¿' | '¡' | '«' | '»' | '„' | '“' | '”' => {
+                out.extend(std::iter::repeat_n(' ', c.len_utf8()));
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1021,3 +1021,16 @@ fn a_fact_told_first_and_the_request_after_it_is_saved() {
         assert_eq!(parse_command(message, None), None, "{message:?}");
     }
 }
+
+#[test]
+fn spanish_opening_marks_do_not_hide_a_request() {
+    // "¿" and "¡" are not ASCII: they used to join the next word.
+    assert_eq!(
+        parse_command("¿guardas nuestras conversaciones?", None),
+        Some(MemoryAction::Status)
+    );
+    assert_eq!(
+        parse_command("guardas nuestras conversaciones?", None),
+        Some(MemoryAction::Status)
+    );
+}

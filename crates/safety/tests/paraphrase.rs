@@ -11,6 +11,9 @@
 //!   by a helper that never saw the rules or this round's changes, and first
 //!   read by the gate after round four's last change; pinned and measured
 //!   only.
+//! * `paraphrase_frozen_5.jsonl` (360 cases) was written during round six
+//!   the same way and first read after round six's last change; pinned and
+//!   measured only.
 //! * `paraphrase_dev.jsonl` was written by a second author who had not read
 //!   the rules either, and the grammar *was* developed against it. Its floors
 //!   below are a regression guard, not evidence of generalisation.
@@ -24,6 +27,9 @@
 //!   passive wishes, hopeless answers and their look-alikes). Its first
 //!   measure is in `docs/benchmarks.md`; the learned layer's unanchored
 //!   threshold and the round-four corpus were developed against it.
+//! * `paraphrase_dev_5.jsonl` (1,358 cases) was written blind as round six's
+//!   corpus for the learned layer, not kept as training data, and became
+//!   the development set of round six's rules.
 
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, parse_cases};
 use opencouch_safety::{GateOptions, classify_with};
@@ -48,6 +54,10 @@ const FROZEN_3_SHA256: &str = "03619da4c2e1d8b5fd18206f10285214a35b128d35695c3fa
 /// four was finished.
 const FROZEN_4: &str = include_str!("data/paraphrase_frozen_4.jsonl");
 const FROZEN_4_SHA256: &str = "07024a14cbd0ea6ca9868fe7f79798a97c8c6f8df1e98b4eca3bacfb914bf8fa";
+/// The fifth frozen set (`paraphrase_frozen_5.md`), measured once round
+/// six was finished.
+const FROZEN_5: &str = include_str!("data/paraphrase_frozen_5.jsonl");
+const FROZEN_5_SHA256: &str = "2e222de6dafce4dffef8dc62bf55041bf7793c6baec8024ce9e6ff8fc73249bb";
 const FROZEN_2_SHA256: &str = "b2d4e3ff6f0e01883b665933ea56851e13a1d3625f3aabb559202b782c5a0600";
 
 fn report(input: &str) -> EvalReport {
@@ -136,6 +146,17 @@ fn the_fourth_frozen_set_is_unchanged_and_measured() {
         "paraphrase_frozen_4.jsonl",
         FROZEN_4,
         FROZEN_4_SHA256,
+        360,
+    );
+}
+
+#[test]
+fn the_fifth_frozen_set_is_unchanged_and_measured() {
+    measure_frozen(
+        "fifth frozen set",
+        "paraphrase_frozen_5.jsonl",
+        FROZEN_5,
+        FROZEN_5_SHA256,
         360,
     );
 }

@@ -102,6 +102,18 @@ impl Normalized {
 
 /// Normalizes a message for phrase matching. See the module docs.
 pub fn normalize(text: &str) -> String {
+    let once = normalize_pass(text);
+    // A look-alike letter stays as it is in a word with no Latin letter, and
+    // this pass can give its word one ("ᐯ$" becomes "ᐯs"): a second pass then
+    // folds it, so normalizing twice changes nothing. Only text that still
+    // holds look-alike letters pays for it.
+    if once.chars().any(|c| latin_lookalike(c).is_some()) {
+        return normalize_pass(&once);
+    }
+    once
+}
+
+fn normalize_pass(text: &str) -> String {
     let folded = unicode_fold(text);
     let Some(tables) = TABLES.as_ref() else {
         // Data failed to load (tested never to happen): fall back to the

@@ -71,3 +71,14 @@ proptest! {
         prop_assert_eq!(after.get(), 3);
     }
 }
+
+#[test]
+fn normalize_is_idempotent_when_a_pass_gives_a_look_alike_word_a_latin_letter() {
+    // Found by the property above: "¨" folds to a space, "$" to "s", and the
+    // Canadian syllabic "ᐯ" is a look-alike of "v" that the first pass left
+    // alone (its word had no Latin letter yet).
+    for s in ["ῲ¨ᐯ$", "ω ᐯ$", "ᐯ$"] {
+        let once = normalize(s);
+        assert_eq!(normalize(&once), once, "{s:?}");
+    }
+}

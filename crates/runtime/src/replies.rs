@@ -46,18 +46,13 @@ impl ClosingReplies {
         channel: opencouch_core::Channel,
         previous: Option<&str>,
     ) -> &str {
-        let telegram = channel == opencouch_core::Channel::Telegram;
-        let first = if telegram {
-            &self.end_session_telegram
+        let (first, again) = if channel == opencouch_core::Channel::Telegram {
+            (&self.end_session_telegram, &self.end_session_again_telegram)
         } else {
-            &self.end_session
+            (&self.end_session, &self.end_session_again)
         };
         if previous.is_some_and(|p| p.contains(first.as_str())) {
-            if telegram {
-                &self.end_session_again_telegram
-            } else {
-                &self.end_session_again
-            }
+            again
         } else {
             first
         }

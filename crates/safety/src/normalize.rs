@@ -107,7 +107,7 @@ pub fn normalize(text: &str) -> String {
     // this pass can give its word one ("ᐯ$" becomes "ᐯs"): a second pass then
     // folds it, so normalizing twice changes nothing. Only text that still
     // holds look-alike letters pays for it.
-    if once.chars().any(|c| latin_lookalike(c).is_some()) {
+    if !once.is_ascii() && once.chars().any(|c| latin_lookalike(c).is_some()) {
         return normalize_pass(&once);
     }
     once

@@ -179,26 +179,15 @@ fn keeps_floors(name: &str, text: &str, floors: &Floors) -> EvalReport {
     let share = |row: &[usize; 4], from: usize| {
         row[from..].iter().sum::<usize>() as f64 / row.iter().sum::<usize>().max(1) as f64
     };
-    assert!(
-        share(&m[3], 3) >= floors.imminent_at_3,
-        "imminent at 3: {:?}",
-        m[3]
-    );
-    assert!(
-        share(&m[3], 2) >= floors.imminent_escalated,
-        "imminent escalated: {:?}",
-        m[3]
-    );
-    assert!(
-        share(&m[2], 2) >= floors.explicit_escalated,
-        "explicit escalated: {:?}",
-        m[2]
-    );
-    assert!(
-        share(&m[1], 1) >= floors.ambiguous_flagged,
-        "ambiguous flagged: {:?}",
-        m[1]
-    );
+    // (what, gold level, lowest level that counts, floor)
+    for (what, gold, from, floor) in [
+        ("imminent at 3", 3, 3, floors.imminent_at_3),
+        ("imminent escalated", 3, 2, floors.imminent_escalated),
+        ("explicit escalated", 2, 2, floors.explicit_escalated),
+        ("ambiguous flagged", 1, 1, floors.ambiguous_flagged),
+    ] {
+        assert!(share(&m[gold], from) >= floor, "{what}: {:?}", m[gold]);
+    }
     assert!(
         m[0][2] + m[0][3] <= floors.benign_escalated_max,
         "benign look-alikes escalated: {:?}",

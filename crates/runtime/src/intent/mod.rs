@@ -346,13 +346,17 @@ impl IntentDecision {
         }
     }
 
+    const fn learned(s: IntentScore) -> Self {
+        IntentDecision {
+            intent: s.intent,
+            layer: IntentLayerKind::Learned,
+            confidence: Some(s.confidence),
+        }
+    }
+
     fn learned_or(context: IntentContext, message: &str) -> Self {
         match recognise(context, message) {
-            Some(s) => IntentDecision {
-                intent: s.intent,
-                layer: IntentLayerKind::Learned,
-                confidence: Some(s.confidence),
-            },
+            Some(s) => IntentDecision::learned(s),
             None => IntentDecision {
                 intent: match context {
                     IntentContext::Exercise => Intent::ExerciseAnswer,
@@ -403,11 +407,7 @@ pub fn decide_exercise(message: &str, step: Option<&opencouch_exercises::Step>) 
         ActiveAction::Clear => return IntentDecision::rules(Intent::ExerciseStop),
         ActiveAction::Preserve => {
             if let Some(s) = confused_by_step(message) {
-                return IntentDecision {
-                    intent: s.intent,
-                    layer: IntentLayerKind::Learned,
-                    confidence: Some(s.confidence),
-                };
+                return IntentDecision::learned(s);
             }
             return IntentDecision::rules(Intent::ExerciseSideQuestion);
         }

@@ -4,15 +4,42 @@
 //! `--rules-only` turns the learned layer off; `--show-text` prints each
 //! escalated or missed message with its id, layer and signals (for reading
 //! kinds of errors on the developer's own machine; never copy the rows).
+//! `--weights FILE --settings FILE` scores a trial learned layer (as written
+//! by `train_learned` with `LEARN_OUT`) instead of the embedded one.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let all: Vec<String> = std::env::args().skip(1).collect();
     let rules_only = all.iter().any(|a| a == "--rules-only");
     let show_text = all.iter().any(|a| a == "--show-text");
-    let args: Vec<&String> = all.iter().filter(|a| !a.starts_with("--")).collect();
+    let value = |flag: &str| {
+        all.iter()
+            .position(|a| a == flag)
+            .and_then(|i| all.get(i + 1))
+            .cloned()
+    };
+    let (weights, settings) = (value("--weights"), value("--settings"));
+    let trial = match (&weights, &settings) {
+        (Some(w), Some(s)) => Some(opencouch_safety::learned::LearnedGate::from_parts(
+            &std::fs::read(w)?,
+            &std::fs::read_to_string(s)?,
+        )?),
+        (None, None) => None,
+        _ => return Err("--weights and --settings go together".into()),
+    };
+    let gate = match &trial {
+        Some(g) => Some(g),
+        None => {
+            Some(opencouch_safety::learned::LearnedGate::embedded().map_err(|e| e.to_string())?)
+        }
+    };
+    let skip: Vec<&String> = [&weights, &settings].into_iter().flatten().collect();
+    let args: Vec<&String> = all
+        .iter()
+        .filter(|a| !a.starts_with("--") && !skip.contains(a))
+        .collect();
     let (Some(path), Some(format)) = (args.first(), args.get(1)) else {
         eprintln!(
-            "usage: eval FILE jsonl|twitter|kaggle|dreaddit|esconv [--rules-only] [--show-text]"
+            "usage: eval FILE jsonl|twitter|kaggle|dreaddit|esconv [--rules-only] [--show-text] [--weights W --settings S]"
         );
         std::process::exit(2);
     };
@@ -29,10 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut misses = opencouch_safety::eval::MissReport::default();
     let started = std::time::Instant::now();
     for case in &cases {
-        let opts = opencouch_safety::GateOptions {
-            learned: !rules_only,
-        };
-        let c = opencouch_safety::classify_with(&case.history, &case.message, opts);
+        let (rules, learned) =
+            opencouch_safety::classify_pair_with(&case.history, &case.message, gate);
+        let c = if rules_only { rules } else { learned };
         let level = c.assessment.level.get();
         report.add(case.gold, level);
         let signals: Vec<&str> = c

@@ -7,7 +7,7 @@ use opencouch_core::{
 use serde::Serialize;
 
 use crate::grammar::{self, GrammarReport};
-use crate::learned::{LearnedGate, LearnedScore};
+use crate::learned::{LearnedGate, LearnedScore, Thresholds};
 use crate::normalize::{Normalized, normalize};
 use crate::rules::{Family, FamilySet, Rules, rules};
 
@@ -459,6 +459,18 @@ pub fn classify_normalized(
 /// reading of the message and its history is shared), for evaluations that
 /// report both.
 pub fn classify_pair(history: &[Message], message: &str) -> (Classification, Classification) {
+    classify_pair_with(history, message, LearnedGate::embedded().ok())
+}
+
+/// [`classify_pair`] with a learned layer other than the embedded one (a
+/// trial model and thresholds decoded by [`LearnedGate::from_parts`]), for
+/// the trainer's and the evaluation's development loops; `None` gives the
+/// rules twice.
+pub fn classify_pair_with(
+    history: &[Message],
+    message: &str,
+    gate: Option<&LearnedGate>,
+) -> (Classification, Classification) {
     let message = Normalized::new(message);
     let Ok(r) = rules() else {
         let c = classify_normalized(history, &message, GateOptions { learned: false });
@@ -466,7 +478,7 @@ pub fn classify_pair(history: &[Message], message: &str) -> (Classification, Cla
     };
     let ctx = context(r, history, &message);
     let without = finish(r, history, &message, &ctx, None);
-    let with = finish(r, history, &message, &ctx, LearnedGate::embedded().ok());
+    let with = finish(r, history, &message, &ctx, gate);
     (without, with)
 }
 
@@ -524,9 +536,9 @@ fn finish(
     // time, an intent), any risk family, or earlier explicit risk.
     // Without an anchor ("i'm going to do it tonight" out of the blue) it
     // asks the safety question instead.
-    let anchored =
-        ctx.current.grammar.learned_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
     let own_words = ctx.current.own_text.split_whitespace().count();
+    let g = &ctx.current.grammar;
+    let anchored = g.learned_anchor || has_risk(ctx.current.risk) || ctx.prior_explicit;
     let long_enough = anchored || own_words >= crate::learned::MIN_TOKENS_UNANCHORED;
     // Where the rules recognised an ordinary purpose (a dose on the label,
     // sport, cooking, a planned trip, an idiom) or a denial, the structure
@@ -552,13 +564,21 @@ fn finish(
         || (ordinary_words && !long_post)
         || ctx.current.raw.has(Family::Negation)
         || ctx.current.raw.has(Family::SafetyDenial);
+    let facts = EscalationFacts {
+        anchored,
+        cue: g.risk_anchor || g.resolve_cue || g.time_cue || g.means_cue,
+        ordinary_words,
+        long_post,
+        soft_absence,
+    };
     if c.path != ClassifierPath::DeterministicOverride
         && c.assessment.level < CrisisLevel::EXPLICIT
         && c.layer != Layer::SafetyAnswer
         && !benign
         && long_enough
         && let Some(score) = learned()
-        && let Ok(level) = CrisisLevel::new(if anchored && !soft_absence && !ordinary_words {
+        && let Some(t) = learned_gate.map(LearnedGate::thresholds)
+        && let Ok(level) = CrisisLevel::new(if may_escalate(&facts, &score, t) {
             score.level
         } else {
             score.level.min(1)
@@ -570,6 +590,45 @@ fn finish(
     }
     c.learned = learned_cell.get().copied().flatten();
     c
+}
+
+/// What the rules found that decides how far the learned layer may raise a
+/// message (see [`may_escalate`]).
+#[derive(Debug, Clone, Copy)]
+struct EscalationFacts {
+    /// The message anchors risk (`GrammarReport::learned_anchor`, a risk
+    /// family, or explicit risk earlier in the conversation).
+    anchored: bool,
+    /// The grammar saw a cue in the speaker's own words: a risk word in a
+    /// clause, a resolution, a time or means held.
+    cue: bool,
+    /// An ordinary purpose, planning or idiom the rules recognised.
+    ordinary_words: bool,
+    /// `LONG_POST_TOKENS` words or more of the speaker's own.
+    long_post: bool,
+    /// Being away said softly, with no other risk (never 2).
+    soft_absence: bool,
+}
+
+/// Whether the learned layer's level 2 stands (else it may only ask the
+/// safety question). Three ways, each with its own threshold in
+/// `data/learned_gate.toml` (all at least `raise_to_2`):
+/// * an anchored message with no ordinary words, at `raise_to_2`;
+/// * an anchored post whose ordinary words ("work", "dinner") would have
+///   kept it at 1, at `raise_long_post`: in forty words or more one ordinary
+///   word says little about the rest;
+/// * a message with no anchor but a cue ("i counted them out. it's enough.
+///   i'm going to do it at midnight"), at `raise_unanchored`. Without a cue
+///   ("gave my guitar to my nephew") the layer stays at 1 however sure it is.
+fn may_escalate(f: &EscalationFacts, score: &LearnedScore, t: &Thresholds) -> bool {
+    if f.soft_absence {
+        return false;
+    }
+    if f.anchored {
+        !f.ordinary_words || (f.long_post && score.p_escalate >= t.raise_long_post)
+    } else {
+        !f.ordinary_words && f.cue && score.p_escalate >= t.raise_unanchored
+    }
 }
 
 fn classify_rules(ctx: &Context, learned: &dyn Fn() -> Option<LearnedScore>) -> Classification {
@@ -695,6 +754,18 @@ fn classify_rules(ctx: &Context, learned: &dyn Fn() -> Option<LearnedScore>) -> 
                 CrisisLevel::AMBIGUOUS,
                 Confidence::Medium,
                 "User said the thoughts were in the past, not now.",
+                None,
+                families,
+                Layer::SafetyAnswer,
+            );
+        }
+        // "i already took them before i messaged": the act is done.
+        if risk_question && a.raw.has(Family::SafetyDone) && !denial {
+            families.push("answer:done");
+            return out(
+                CrisisLevel::IMMINENT,
+                Confidence::High,
+                "User answered that they have already acted.",
                 None,
                 families,
                 Layer::SafetyAnswer,

@@ -50,6 +50,14 @@ pub struct Thresholds {
     pub raise_to_1: f32,
     /// `level_ge_2` probability at or above which the layer says 2.
     pub raise_to_2: f32,
+    /// `level_ge_2` probability at or above which a message with no risk
+    /// anchor, but a cue of the grammar, is raised to 2 (at least
+    /// `raise_to_2`).
+    pub raise_unanchored: f32,
+    /// `level_ge_2` probability at or above which an anchored post of forty
+    /// words or more is raised to 2 despite an ordinary word in it (at least
+    /// `raise_to_2`).
+    pub raise_long_post: f32,
     /// How the thresholds were chosen (for people).
     pub chosen_on: String,
 }
@@ -95,13 +103,26 @@ impl LearnedGate {
                 .ok_or_else(|| data(format!("head {name} missing")))
         };
         let (ge1, ge2) = (head(HEADS[0])?, head(HEADS[1])?);
-        for t in [thresholds.raise_to_1, thresholds.raise_to_2] {
+        for t in [
+            thresholds.raise_to_1,
+            thresholds.raise_to_2,
+            thresholds.raise_unanchored,
+            thresholds.raise_long_post,
+        ] {
             if !(0.0..=1.0).contains(&t) {
                 return Err(SafetyError::Data {
                     file: "learned_gate.toml",
                     detail: format!("threshold {t} outside 0..=1"),
                 });
             }
+        }
+        if thresholds.raise_unanchored < thresholds.raise_to_2
+            || thresholds.raise_long_post < thresholds.raise_to_2
+        {
+            return Err(SafetyError::Data {
+                file: "learned_gate.toml",
+                detail: "raise_unanchored and raise_long_post must be at least raise_to_2".into(),
+            });
         }
         Ok(LearnedGate {
             model,
@@ -170,7 +191,11 @@ mod tests {
     fn bad_data_is_a_typed_error() {
         assert!(LearnedGate::from_parts(b"junk", SETTINGS).is_err());
         assert!(LearnedGate::from_parts(WEIGHTS, "raise_to_1 = 2.0").is_err());
-        let bad = "raise_to_1 = 1.5\nraise_to_2 = 0.9\nchosen_on = \"x\"";
+        let bad = "raise_to_1 = 1.5\nraise_to_2 = 0.9\nraise_unanchored = 0.99\n\
+                   raise_long_post = 0.99\nchosen_on = \"x\"";
         assert!(LearnedGate::from_parts(WEIGHTS, bad).is_err());
+        let below = "raise_to_1 = 0.8\nraise_to_2 = 0.9\nraise_unanchored = 0.85\n\
+                     raise_long_post = 0.99\nchosen_on = \"x\"";
+        assert!(LearnedGate::from_parts(WEIGHTS, below).is_err());
     }
 }

@@ -32,7 +32,7 @@ pub mod rules;
 
 pub use classify::{
     Classification, GateOptions, Layer, classify, classify_normalized, classify_pair,
-    classify_with, has_imminent, idiom_safe_without_risk,
+    classify_pair_with, classify_with, has_imminent, idiom_safe_without_risk,
 };
 pub use episode::{CloseReason, EpisodeFacts, FollowUpDecision, ReplyKind};
 pub use error::{RuleTableError, SafetyError};

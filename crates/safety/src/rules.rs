@@ -64,11 +64,15 @@ pub enum Family {
     /// A hopeless reply to the gate's own question ("what does it
     /// matter", "who cares"): read only as an answer, never on its own.
     HopelessAnswer,
+    /// An answer to the gate's own question that says the act is already
+    /// done ("i already took them before i messaged"): imminent, read only
+    /// as an answer.
+    SafetyDone,
 }
 
 impl Family {
     /// All families, in bit order.
-    pub const ALL: [Family; 22] = [
+    pub const ALL: [Family; 23] = [
         Family::Imminent,
         Family::ClearSelfHarm,
         Family::Ambiguous,
@@ -91,6 +95,7 @@ impl Family {
         Family::SoftAbsence,
         Family::AbsenceReason,
         Family::HopelessAnswer,
+        Family::SafetyDone,
     ];
 
     /// The name used in the data file and in `matched_families`.
@@ -118,6 +123,7 @@ impl Family {
             Family::SoftAbsence => "soft_absence",
             Family::AbsenceReason => "absence_reason",
             Family::HopelessAnswer => "hopeless_answer",
+            Family::SafetyDone => "safety_done",
         }
     }
 

@@ -14,6 +14,9 @@
 //! * `paraphrase_frozen_5.jsonl` (360 cases) was written during round six
 //!   the same way and first read after round six's last change; pinned and
 //!   measured only.
+//! * `paraphrase_frozen_6.jsonl` (360 cases) was written during round seven
+//!   the same way and first read after round seven's last change; pinned
+//!   and measured only.
 //! * `paraphrase_dev.jsonl` was written by a second author who had not read
 //!   the rules either, and the grammar *was* developed against it. Its floors
 //!   below are a regression guard, not evidence of generalisation.
@@ -30,6 +33,10 @@
 //! * `paraphrase_dev_5.jsonl` (1,358 cases) was written blind as round six's
 //!   corpus for the learned layer, not kept as training data, and became
 //!   the development set of round six's rules.
+//! * `paraphrase_dev_6.jsonl` (600 cases: half tweets, half forum posts)
+//!   was written blind for round seven in the registers of public posts;
+//!   round seven's learned-layer thresholds were swept on it with the
+//!   other development sets. A regression guard too.
 
 use opencouch_safety::eval::{DataFormat, EvalReport, Gold, parse_cases};
 use opencouch_safety::{GateOptions, classify_with};
@@ -41,6 +48,7 @@ const DEV: &str = include_str!("data/paraphrase_dev.jsonl");
 const DEV_3: &str = include_str!("data/paraphrase_dev_3.jsonl");
 const DEV_4: &str = include_str!("data/paraphrase_dev_4.jsonl");
 const DEV_5: &str = include_str!("data/paraphrase_dev_5.jsonl");
+const DEV_6: &str = include_str!("data/paraphrase_dev_6.jsonl");
 /// The second frozen set (`paraphrase_frozen_2.md`): written before this
 /// round's tuning (the learned layer, the new constructs) by someone given
 /// only the level definitions and the kinds, never the rules.
@@ -58,6 +66,10 @@ const FROZEN_4_SHA256: &str = "07024a14cbd0ea6ca9868fe7f79798a97c8c6f8df1e98b4ec
 /// six was finished.
 const FROZEN_5: &str = include_str!("data/paraphrase_frozen_5.jsonl");
 const FROZEN_5_SHA256: &str = "2e222de6dafce4dffef8dc62bf55041bf7793c6baec8024ce9e6ff8fc73249bb";
+/// The sixth frozen set (`paraphrase_frozen_6.md`), measured once round
+/// seven was done.
+const FROZEN_6: &str = include_str!("data/paraphrase_frozen_6.jsonl");
+const FROZEN_6_SHA256: &str = "4e35520cb991cd3e97667baf368639b8ad013ea1bf7baee91216f7e3d6079c55";
 const FROZEN_2_SHA256: &str = "b2d4e3ff6f0e01883b665933ea56851e13a1d3625f3aabb559202b782c5a0600";
 
 fn report(input: &str) -> EvalReport {
@@ -157,6 +169,17 @@ fn the_fifth_frozen_set_is_unchanged_and_measured() {
         "paraphrase_frozen_5.jsonl",
         FROZEN_5,
         FROZEN_5_SHA256,
+        360,
+    );
+}
+
+#[test]
+fn the_sixth_frozen_set_is_unchanged_and_measured() {
+    measure_frozen(
+        "sixth frozen set",
+        "paraphrase_frozen_6.jsonl",
+        FROZEN_6,
+        FROZEN_6_SHA256,
         360,
     );
 }
@@ -269,4 +292,24 @@ fn the_fifth_development_set_keeps_its_floors() {
         },
     );
     assert_eq!(r.exact_total, 1358);
+}
+
+#[test]
+fn the_sixth_development_set_keeps_its_floors() {
+    // Regression floors: measured after round seven, rounded down (its first
+    // measure, before any change of round seven: imminent at 3 0.40,
+    // imminent escalated 0.47, explicit escalated 0.72, ambiguous flagged
+    // 0.75, 9 look-alikes escalated).
+    let r = keeps_floors(
+        "sixth development set",
+        DEV_6,
+        &Floors {
+            imminent_at_3: 0.40,
+            imminent_escalated: 0.58,
+            explicit_escalated: 0.76,
+            ambiguous_flagged: 0.82,
+            benign_escalated_max: 10,
+        },
+    );
+    assert_eq!(r.exact_total, 600);
 }

@@ -10,7 +10,8 @@ script and data/): the trainer and the safety crate's tests regenerate it.
 Python 3.11, standard library only, deterministic (fixed seed).
 
 The corpus combines three sources:
-  hand      hand-written sentences from data/hand_<lang>.txt, data/hand_r4_<lang>.txt and
+  hand      hand-written sentences from data/hand_<lang>.txt, data/hand_r4_<lang>.txt,
+            data/hand_r7_<lang>.txt, data/hand_r8_<lang>.txt and
             data/distress_<lang>.txt (benign distress, level 0)
   template  (a) slot templates from data/templates_<lang>.json,
             (b) surface variants (lower case, no punctuation, typos, texting
@@ -74,6 +75,31 @@ LOOKALIKE_KINDS = {
     "benign_commute", "benign_heights_holiday", "benign_means_words",
     "benign_finality_phrases", "benign_lookalike_misc", "idiom_hyperbole", "gaming",
     "fiction_news_history", "advice_to_other", "denial", "song_quote_humor",
+    # round seven's hand-written look-alikes (data/hand_r7_<lang>.txt)
+    "benign_risky_words", "burn_benign", "charcoal_sealed_garage_benign", "date_plan_benign",
+    "fiction_news_lessons", "forum_advice_more", "forum_advice_to_others",
+    "forum_benign_lookalike", "forum_benign_lookalike_more", "forum_benign_lookalike_more2",
+    "forum_fiction_news", "forum_hyperbole", "forum_past_recovery", "forum_past_recovery_more",
+    "forum_recovery_advice_more2", "forum_recovery_more", "forum_support_more2",
+    "forum_supporting_friend", "forum_supporting_someone_more", "height_water_benign",
+    "hyperbole_literal_looking", "means_held_benign", "ordinary_goodbyes_giveaways",
+    "others_and_advice_short", "past_recovery_short", "rope_benign", "tweet_benign_lookalike",
+    "tweet_de_hyperbel", "tweet_death_idiom", "tweet_es_hiperbole", "tweet_fr_hyperbole",
+    "tweet_idiom_more", "tweet_it_iperbole", "tweet_more_idiom_benign", "tweet_news_games_films",
+    "tweet_pt_hiperbole", "vehicle_train_benign", "es_cotidiano_y_parecidos",
+    "fr_cotidien_parecidos", "it_quotidiano_simili", "pt_cotidiano_parecidos",
+    "de_alltag_aehnlich",
+    # round eight's hand-written look-alikes (data/hand_r8_<lang>.txt)
+    "about_others_friend_at_risk", "admin_just_in_case", "benign_means_words_chat",
+    "commute_train_platform", "cutting_knives_ordinary", "denial_safe_statements",
+    "fandom_gaming_sport_tweet", "final_mixed_lookalikes", "giving_away_selling_moving",
+    "harmlose_doppelgaenger", "hiperbole_girias", "hiperbole_modismos",
+    "hyperbole_idiom_tweet", "hyperbole_tweet_more", "hyperboles_expressions",
+    "iperboli_modi_di_dire", "joke_slang_clear_more", "joke_slang_clear_tweet",
+    "lookalike_means_time_benign", "lyrics_film_quotes_invented", "lyrics_quotes_more",
+    "medicine_for_others", "news_fiction_lessons", "no_going_back_dates_letters",
+    "others_news_fiction_chat", "parecidos_benignos", "past_recovery", "places_benign_chat",
+    "sosia_innocui", "sosies_benins", "uebertreibung_redewendung", "view_trip_bridge_cliff_roof",
 }
 
 # Benign distress (data/distress_<lang>.txt): first-person distress about stress,
@@ -522,7 +548,9 @@ def build() -> list[dict]:
         abbrev = spec.get("abbrev", {})
         distress_rows = load_distress(lang)
         distress[lang] = distress_by_topic(distress_rows)
-        base = (load_hand(lang) + load_hand(lang, "hand_r4") + template_rows(lang, spec, rng)
+        base = (load_hand(lang) + load_hand(lang, "hand_r4") + load_hand(lang, "hand_r7")
+                + load_hand(lang, "hand_r8")
+                + template_rows(lang, spec, rng)
                 + distress_rows)
         rows = []
         for r in base:

@@ -170,10 +170,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .sum();
     let (worst, recall) = report.min_recall().unwrap_or((Intent::None, 1.0));
     println!(
-        "fallbacks (below the threshold, rules silent): {fell} of {} rows ({:.1}%), {fell_acting} of them labelled with an acting intent; lowest recall {worst} {recall:.3}; thresholds accept {:.2} exit {:.2}",
+        "fallbacks (below the threshold, rules silent): {fell} of {} rows ({:.1}%), {fell_acting} of them labelled with an acting intent; lowest recall {worst} {recall:.3}; thresholds accept {:.2} (in an exercise {:.2}) exit {:.2}",
         report.rows,
         100.0 * fell as f64 / report.rows.max(1) as f64,
         layer.thresholds().accept,
+        layer.thresholds().accept_exercise,
         layer.thresholds().exit
     );
     if misses {

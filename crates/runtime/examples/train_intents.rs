@@ -12,12 +12,14 @@
 //! Rows are grouped by their hand-written wording (a hand row and the
 //! variants generated from it form one group), and groups are split by a
 //! hash of the group's hand wording (stable when lines are added): 85 % trains, 15 % is held out to choose
-//! the thresholds (`accept`: the lowest probability, at least 0.4, at which
-//! the held-out precision of the acted-on intents is at least 0.95; `exit`:
+//! the thresholds (`accept` in chat and `accept_exercise` inside an
+//! exercise: the lowest probability, at least 0.4, at which the held-out
+//! precision of the acted-on intents of that context is at least 0.95; `exit`:
 //! the lowest, at least 0.5, at which held-out rows of other intents read as a stop are at
 //! most 0.3 % of the held-out exercise rows of other intents, see below).
 //! The shipped model is the one trained on the 85 %, so the held-out figures
-//! it prints are honest. No evaluation set is read here.
+//! it prints are honest (with `LEARN_SHIP_ALL=1` it is retrained on every row
+//! with those thresholds). No evaluation set is read here.
 //!
 //! `LEARN_STATIC_DIMS=64` adds the static token embeddings of `opencouch-learn`
 //! (build with `--features opencouch-learn/static-embeddings`); measured and
@@ -187,10 +189,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         preds.len(),
         correct as f64 / preds.len().max(1) as f64
     );
-    let precision_at = |t: f32| {
+    let precision_in = |t: f32, context: IntentContext| {
         let acted: Vec<_> = preds
             .iter()
-            .filter(|(_, p, c)| acts(*p) && *c >= t)
+            .filter(|(g, p, c)| acts(*p) && *c >= t && g.context() == context)
             .collect();
         let right = acted.iter().filter(|(g, p, _)| g == p).count();
         (right as f64 / acted.len().max(1) as f64, acted.len())
@@ -206,8 +208,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let min_precision: f64 = env("LEARN_MIN_PRECISION")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.95);
-    while accept < 0.95 && precision_at(accept).0 < min_precision {
+    while accept < 0.95 && precision_in(accept, IntentContext::Chat).0 < min_precision {
         accept += 0.01;
+    }
+    // Inside an exercise the fallback is the answer itself, and holding an
+    // answer as a side question (or easier, stuck, …) costs the person a
+    // repeated step: the bar there is chosen on the exercise rows alone.
+    let mut accept_exercise = accept_floor;
+    while accept_exercise < 0.95
+        && precision_in(accept_exercise, IntentContext::Exercise).0 < min_precision
+    {
+        accept_exercise += 0.01;
     }
     let false_exit = |t: f32| {
         preds
@@ -231,7 +242,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.003);
     let allowed = (others_in_exercise as f64 * max_false_exit_rate).floor() as usize;
-    let mut exit = accept.max(0.5);
+    let mut exit = accept.max(accept_exercise).max(0.5);
     while exit < 0.95 && false_exit(exit) > allowed {
         exit += 0.01;
     }
@@ -254,15 +265,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    let (prec, n) = precision_at(accept);
-    println!("held out, accept at {accept:.2}: precision {prec:.3} over {n} acted-on rows");
+    let (prec, n) = precision_in(accept, IntentContext::Chat);
+    println!("held out, chat: accept at {accept:.2}: precision {prec:.3} over {n} acted-on rows");
+    let (prec, n) = precision_in(accept_exercise, IntentContext::Exercise);
+    println!(
+        "held out, exercise: accept at {accept_exercise:.2}: precision {prec:.3} over {n} acted-on rows"
+    );
     println!(
         "held out, exit at {exit:.2}: {} false exits of {others_in_exercise} exercise rows of other intents (at most {allowed})",
         false_exit(exit)
     );
     for i in Intent::ALL {
         let gold: Vec<_> = preds.iter().filter(|(g, _, _)| g == i).collect();
-        let bar = if i.leaves_exercise() { exit } else { accept };
+        let bar = if i.leaves_exercise() || i.changes_the_step() {
+            exit
+        } else if i.context() == IntentContext::Exercise {
+            accept_exercise
+        } else {
+            accept
+        };
         let hit = gold
             .iter()
             .filter(|(g, p, c)| g == p && (*c >= bar || !acts(*p)))
@@ -289,8 +310,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(root.join("data/intent_layer.bin"), &bytes)?;
     let settings = serde_json::json!({
         "accept": (f64::from(accept) * 100.0).round() / 100.0,
+        "accept_exercise": (f64::from(accept_exercise) * 100.0).round() / 100.0,
         "exit": (f64::from(exit) * 100.0).round() / 100.0,
-        "chosen_on": format!("the corpus's held-out 15% (grouped by hand wording, split by a hash of the group's hand wording): accept at the lowest softmax probability >= {accept_floor} with precision >= {min_precision} over the acted-on intents; exit at the lowest >= 0.5 with held-out false exits at most {max_false_exit_rate} of the held-out exercise rows of other intents"),
+        "chosen_on": format!("the corpus's held-out 15% (grouped by hand wording, split by a hash of the group's hand wording): accept (chat) and accept_exercise at the lowest softmax probability >= {accept_floor} with precision >= {min_precision} over the acted-on intents of that context; exit at the lowest >= 0.5 with held-out false exits at most {max_false_exit_rate} of the held-out exercise rows of other intents"),
     });
     std::fs::write(
         root.join("data/intent_layer.json"),

@@ -6,6 +6,10 @@
 //! The second frozen set (tests/data/intent_frozen_2.md) was written the
 //! same way during round 10 and first read after that round's last change;
 //! pinned and measured only (its figures are in docs/benchmarks.md).
+//!
+//! The third (tests/data/intent_frozen_3.md) was written the same way during
+//! round 11 and first read after that round's last change; pinned and
+//! measured only.
 
 use opencouch_runtime::intent::eval::{Layers, evaluate, parse_set, render};
 use sha2::{Digest, Sha256};
@@ -14,6 +18,8 @@ const FROZEN: &str = include_str!("data/intent_frozen.jsonl");
 const FROZEN_SHA256: &str = "92e20ad703a98953bb309e01f5cdcae626be982887297fec245e838f3749eaf3";
 const FROZEN_2: &str = include_str!("data/intent_frozen_2.jsonl");
 const FROZEN_2_SHA256: &str = "886a395b6439525d029d99b8e9e7d6dee3acc7d5c47333776e6362e68e1ef68f";
+const FROZEN_3: &str = include_str!("data/intent_frozen_3.jsonl");
+const FROZEN_3_SHA256: &str = "36e4a186eaa74dfe58e28d4cb222c07de2838caea17d707ffde130b910fa61f6";
 
 #[test]
 fn the_frozen_intent_set_is_unchanged_and_covers_every_intent() {
@@ -27,6 +33,17 @@ fn the_second_frozen_intent_set_is_unchanged_and_measured() {
     assert_eq!(rows.len(), 810);
     println!(
         "second frozen intent set, rules then learned layer:\n{}",
+        render(&evaluate(&rows, Layers::RulesThenLearned))
+    );
+}
+
+#[test]
+fn the_third_frozen_intent_set_is_unchanged_and_measured() {
+    is_unchanged_and_covers_every_intent("intent_frozen_3.jsonl", FROZEN_3, FROZEN_3_SHA256);
+    let rows = parse_set(FROZEN_3).expect("third frozen set parses");
+    assert_eq!(rows.len(), 810);
+    println!(
+        "third frozen intent set, rules then learned layer:\n{}",
         render(&evaluate(&rows, Layers::RulesThenLearned))
     );
 }

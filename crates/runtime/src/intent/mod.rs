@@ -154,8 +154,13 @@ pub enum IntentError {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Thresholds {
-    /// Probability at or above which the top intent is acted on.
+    /// Probability at or above which the top intent is acted on in chat.
     pub accept: f32,
+    /// The same inside an exercise, where the fallback is to take the
+    /// reply as an answer to the step: chosen on the exercise rows alone, so
+    /// an answer is not held as a side question at a confidence the chat
+    /// intents can afford.
+    pub accept_exercise: f32,
     /// A higher bar for leaving an exercise (a false exit ends an exercise
     /// the person wanted to continue).
     pub exit: f32,
@@ -191,7 +196,11 @@ impl IntentLayer {
             LinearModel::decode(weights).map_err(|e| IntentError::Weights(e.to_string()))?;
         let thresholds: Thresholds =
             serde_json::from_str(settings).map_err(|e| IntentError::Settings(e.to_string()))?;
-        for t in [thresholds.accept, thresholds.exit] {
+        for t in [
+            thresholds.accept,
+            thresholds.accept_exercise,
+            thresholds.exit,
+        ] {
             if !(0.0..=1.0).contains(&t) {
                 return Err(IntentError::Settings(format!(
                     "threshold {t} outside 0..=1"
@@ -254,6 +263,8 @@ impl IntentLayer {
             );
         let bar = if intent.leaves_exercise() || intent.changes_the_step() {
             self.thresholds.exit
+        } else if context == IntentContext::Exercise {
+            self.thresholds.accept_exercise
         } else {
             self.thresholds.accept
         };
@@ -524,6 +535,7 @@ mod tests {
         let l = IntentLayer::embedded().expect("embedded intent layer");
         assert_eq!(l.model().heads(), Intent::ALL.len());
         assert!(l.thresholds().exit >= l.thresholds().accept);
+        assert!(l.thresholds().exit >= l.thresholds().accept_exercise);
         let s = l.classify(IntentContext::Chat, "");
         assert!(s.confidence.is_finite());
         assert_eq!(s.intent.context(), IntentContext::Chat);
@@ -535,7 +547,7 @@ mod tests {
     fn bad_data_is_a_typed_error() {
         assert!(IntentLayer::from_parts(b"junk", SETTINGS).is_err());
         assert!(IntentLayer::from_parts(WEIGHTS, "{").is_err());
-        let bad = r#"{"accept": 1.5, "exit": 0.9, "chosen_on": "x"}"#;
+        let bad = r#"{"accept": 1.5, "accept_exercise": 0.5, "exit": 0.9, "chosen_on": "x"}"#;
         assert!(IntentLayer::from_parts(WEIGHTS, bad).is_err());
     }
 

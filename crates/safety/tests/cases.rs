@@ -58,13 +58,13 @@ fn case_table_exact_levels() {
 
 /// Benign rows of the table the learned layer raises to 1 (it asks the
 /// safety question; none may reach 2). A regression floor, not a goal: 3
-/// through round six; 8 since round seven's corpus (rounds seven and eight
+/// through round six; 6 since round seven's corpus (rounds seven and eight
 /// of blind hand-written posts), whose layer asks about more of the table's
 /// own look-alikes ("took everything off the shelf for the kids", "cut my
 /// finger, it's still bleeding") while, on the blind development sets, the
-/// level-0 messages it flags did not rise (sets 1, 4, 5, 6: 6, 22, 46, 24
-/// before, 6, 19, 49, 22 after; docs/benchmarks.md, round seven).
-const LEARNED_BENIGN_TO_ONE: usize = 8;
+/// level-0 messages it flags fell (sets 1, 4, 5, 6: 6, 22, 46, 24 before,
+/// 6, 19, 43, 21 after; docs/benchmarks.md, round seven).
+const LEARNED_BENIGN_TO_ONE: usize = 6;
 
 #[test]
 fn the_learned_layer_never_escalates_a_benign_row() {

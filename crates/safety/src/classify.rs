@@ -617,8 +617,8 @@ struct EscalationFacts {
 /// * an anchored post whose ordinary words ("work", "dinner") would have
 ///   kept it at 1, at `raise_long_post`: in forty words or more one ordinary
 ///   word says little about the rest;
-/// * a message with no anchor but a cue ("i counted them out. it's enough.
-///   i'm going to do it at midnight"), at `raise_unanchored`. Without a cue
+/// * a message with no anchor but a cue ("it's all sorted now. i'm doing it
+///   once the house is asleep"), at `raise_unanchored`. Without a cue
 ///   ("gave my guitar to my nephew") the layer stays at 1 however sure it is.
 fn may_escalate(f: &EscalationFacts, score: &LearnedScore, t: &Thresholds) -> bool {
     if f.soft_absence {
@@ -915,6 +915,50 @@ fn classify_rules(ctx: &Context, learned: &dyn Fn() -> Option<LearnedScore>) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::{EscalationFacts, may_escalate};
+    use crate::learned::{LearnedScore, Thresholds};
+
+    #[test]
+    fn the_learned_layer_reaches_2_three_ways_and_no_other() {
+        let t = Thresholds {
+            raise_to_1: 0.89,
+            raise_to_2: 0.96,
+            raise_unanchored: 0.99,
+            raise_long_post: 0.99,
+            chosen_on: String::new(),
+        };
+        let score = |p: f32| LearnedScore {
+            p_flag: 1.0,
+            p_escalate: p,
+            level: 2,
+        };
+        let facts = |anchored, cue, ordinary_words, long_post, soft_absence| EscalationFacts {
+            anchored,
+            cue,
+            ordinary_words,
+            long_post,
+            soft_absence,
+        };
+        // (anchored, cue, ordinary words, long post, soft absence, p, may)
+        for (a, c, o, l, s, p, want) in [
+            (true, false, false, false, false, 0.96, true),
+            (true, false, true, false, false, 0.999, false),
+            (true, false, true, true, false, 0.995, true),
+            (true, false, true, true, false, 0.97, false),
+            (false, true, false, false, false, 0.995, true),
+            (false, true, false, false, false, 0.97, false),
+            (false, false, false, false, false, 0.999, false),
+            (false, true, true, true, false, 0.999, false),
+            (true, true, false, false, true, 0.999, false),
+        ] {
+            assert_eq!(
+                may_escalate(&facts(a, c, o, l, s), &score(p), &t),
+                want,
+                "anchored {a}, cue {c}, ordinary {o}, long {l}, soft absence {s}, p {p}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

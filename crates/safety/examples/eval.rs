@@ -27,10 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => return Err("--weights and --settings go together".into()),
     };
     let gate = match &trial {
-        Some(g) => Some(g),
-        None => {
-            Some(opencouch_safety::learned::LearnedGate::embedded().map_err(|e| e.to_string())?)
-        }
+        Some(g) => g,
+        None => opencouch_safety::learned::LearnedGate::embedded().map_err(|e| e.to_string())?,
     };
     let skip: Vec<&String> = [&weights, &settings].into_iter().flatten().collect();
     let args: Vec<&String> = all
@@ -57,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = std::time::Instant::now();
     for case in &cases {
         let (rules, learned) =
-            opencouch_safety::classify_pair_with(&case.history, &case.message, gate);
+            opencouch_safety::classify_pair_with(&case.history, &case.message, Some(gate));
         let c = if rules_only { rules } else { learned };
         let level = c.assessment.level.get();
         report.add(case.gold, level);
